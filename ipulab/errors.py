@@ -1,0 +1,34 @@
+"""The exception hierarchy: every misuse raises one of these, naming what and where."""
+from __future__ import annotations
+
+
+class IpuLabError(Exception):
+    """Base of every error ipulab raises on purpose."""
+
+
+class GraphError(IpuLabError):
+    """A malformed graph: bad mapping, shape, dtype, unknown field or codelet, write hazard."""
+
+
+class TileMemoryError(IpuLabError):
+    """A tile's allocations do not fit its SRAM."""
+
+    def __init__(self, tile: int, needed: int, available: int, largest: list[tuple[str, int]]):
+        self.tile, self.needed, self.available, self.largest = tile, needed, available, largest
+        top = ", ".join(f"{name} ({nbytes:,} B)" for name, nbytes in largest[:5])
+        super().__init__(
+            f"Out of memory on tile {tile}: needs {needed:,} bytes but only {available:,} are "
+            f"available ({needed - available:,} over). Largest there: {top or 'nothing'}. "
+            "Spread the biggest tensors over more tiles (e.g. poputil.map_tensor_linearly).")
+
+
+class CodeletError(IpuLabError):
+    """A codelet failed to compile, or failed while running (e.g. an out-of-bounds access)."""
+
+
+class ProgramError(IpuLabError):
+    """A malformed program: wrong copy sizes or types, a bad predicate, an unknown program."""
+
+
+class EngineError(IpuLabError):
+    """Misuse of an Engine: not loaded, unknown handle or stream, wrong host array."""

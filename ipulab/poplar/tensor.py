@@ -1,0 +1,182 @@
+"""Tensors: views of variables. A view is an array of element addresses and creates no state."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..errors import GraphError
+
+
+def _fmt_key(key) -> str:
+    def one(k):
+        if isinstance(k, slice):
+            parts = ["" if v is None else str(v) for v in (k.start, k.stop)]
+            return ":".join(parts + ([str(k.step)] if k.step is not None else []))
+        return "..." if k is Ellipsis else ("None" if k is None else str(k))
+    return ", ".join(one(k) for k in (key if isinstance(key, tuple) else (key,)))
+
+
+def _check_basic_key(key, name):
+    for k in key if isinstance(key, tuple) else (key,):
+        ok = k is None or k is Ellipsis or isinstance(k, slice) or (
+            isinstance(k, numbers.Integral) and not isinstance(k, bool))
+        if not ok:
+            raise GraphError(f"tensor '{name}': index {k!r} is not basic indexing; use ints, "
+                             "slices, ... or None (Poplar tensors have no gather views)")
+
+
+class Tensor:
+    """A view of one or more variables of a graph: `ids` holds the element addresses."""
+
+    __slots__ = ("_graph", "_ids", "_dtype", "_name")
+
+    def __init__(self, graph, ids: np.ndarray, dtype, name: str):
+        self._graph, self._ids, self._dtype, self._name = graph, ids, dtype, name
+
+    # --- what it is ------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return tuple(int(s) for s in self._ids.shape)
+
+    @property
+    def rank(self) -> int:
+        return self._ids.ndim
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Element addresses in the storage arena of this tensor's type (read-only view)."""
+        return self._ids
+
+    def num_elements(self) -> int:
+        return int(self._ids.size)
+
+    def __len__(self) -> int:
+        if self.rank == 0:
+            raise GraphError(f"tensor '{self._name}' is a scalar and has no length")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"Tensor('{self._name}', {self._dtype}, shape={list(self.shape)})"
+
+    def _view(self, ids: np.ndarray, name: str) -> "Tensor":
+        return Tensor(self._graph, ids, self._dtype, name)
+
+    def _dim(self, dim: int) -> int:
+        if not -self.rank <= dim < max(self.rank, 1):
+            raise GraphError(f"tensor '{self._name}' of rank {self.rank} has no dimension {dim}")
+        return dim % max(self.rank, 1)
+
+    # --- views -----------------------------------------------------------------------------
+    def __getitem__(self, key) -> "Tensor":
+        _check_basic_key(key, self._name)
+        try:
+            ids = self._ids[key]
+        except IndexError as e:
+            raise GraphError(f"tensor '{self._name}' of shape {list(self.shape)}: {e}") from None
+        return self._view(ids, f"{self._name}[{_fmt_key(key)}]")
+
+    def slice(self, begin, end, dim: int = 0) -> "Tensor":
+        """Poplar's slice: [begin, end) along dim, or per dimension with sequences."""
+        if isinstance(begin, (list, tuple)):
+            if not len(begin) == len(end) == self.rank:
+                raise GraphError(f"tensor '{self._name}': slice needs {self.rank} begins and ends")
+            t = self
+            for d, (b, e) in enumerate(zip(begin, end)):
+                t = t.slice(b, e, d)
+            return t
+        dim = self._dim(dim)
+        size = self.shape[dim]
+        if not 0 <= begin <= end <= size:
+            raise GraphError(f"tensor '{self._name}': slice [{begin}, {end}) out of range "
+                             f"for dimension {dim} of size {size}")
+        key = (slice(None),) * dim + (slice(begin, end),)
+        return self._view(self._ids[key], f"{self._name}.slice({begin}, {end}, {dim})")
+
+    def reshape(self, shape) -> "Tensor":
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
+        if int(np.prod(shape)) != self._ids.size:
+            raise GraphError(f"cannot reshape tensor '{self._name}' of {self._ids.size} elements "
+                             f"(shape {list(self.shape)}) to {list(shape)}")
+        return self._view(self._ids.reshape(shape), f"{self._name}.reshape({list(shape)})")
+
+    def flatten(self, start: int | None = None, end: int | None = None) -> "Tensor":
+        """All dims into one, or Poplar's flatten(dimBegin, dimEnd) of dims [start, end)."""
+        if start is None:
+            return self._view(self._ids.reshape(-1), f"{self._name}.flatten()")
+        if not 0 <= start < end <= self.rank:
+            raise GraphError(f"tensor '{self._name}': cannot flatten dims [{start}, {end}) "
+                             f"of rank {self.rank}")
+        s = self.shape
+        return self.reshape(s[:start] + (int(np.prod(s[start:end])),) + s[end:])
+
+    def transpose(self) -> "Tensor":
+        return self._view(self._ids.T, f"{self._name}.transpose()")
+
+    def dim_shuffle(self, perm) -> "Tensor":
+        perm = [int(p) for p in perm]
+        if sorted(perm) != list(range(self.rank)):
+            raise GraphError(f"tensor '{self._name}' of rank {self.rank}: {perm} is not a "
+                             "permutation of its dimensions")
+        return self._view(self._ids.transpose(perm), f"{self._name}.dim_shuffle({perm})")
+
+    def dim_roll(self, dim: int, new_pos: int = 0) -> "Tensor":
+        perm = list(range(self.rank))
+        perm.insert(self._dim(new_pos), perm.pop(self._dim(dim)))
+        return self.dim_shuffle(perm)
+
+    def broadcast(self, n: int, dim: int) -> "Tensor":
+        """Repeat the whole tensor n times along dim (as concat of n copies, like Poplar)."""
+        if n < 1:
+            raise GraphError(f"tensor '{self._name}': broadcast count must be >= 1, got {n}")
+        reps = [1] * self.rank
+        reps[self._dim(dim)] = n
+        return self._view(np.tile(self._ids, reps), f"{self._name}.broadcast({n}, {dim})")
+
+    def reverse(self, dim: int) -> "Tensor":
+        key = (slice(None),) * self._dim(dim) + (slice(None, None, -1),)
+        return self._view(self._ids[key], f"{self._name}.reverse({dim})")
+
+    def expand(self, dims) -> "Tensor":
+        """Insert singleton dimensions at the given positions."""
+        ids = self._ids
+        for d in sorted(dims):
+            ids = np.expand_dims(ids, d)
+        return self._view(ids, f"{self._name}.expand({list(dims)})")
+
+    def squeeze(self, dims=None) -> "Tensor":
+        try:
+            ids = np.squeeze(self._ids, axis=None if dims is None else tuple(dims))
+        except ValueError as e:
+            raise GraphError(f"tensor '{self._name}': {e}") from None
+        return self._view(ids, f"{self._name}.squeeze()")
+
+
+def concat(tensors, dim: int = 0) -> Tensor:
+    """Join tensors of one graph and type along dim (Poplar's concat)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise GraphError("concat needs at least one tensor")
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.dtype is not first.dtype:
+            raise GraphError(f"concat: '{t.name}' is {t.dtype} but '{first.name}' is {first.dtype}")
+        if t._graph is not first._graph:
+            raise GraphError(f"concat: '{t.name}' and '{first.name}' belong to different graphs")
+    try:
+        ids = np.concatenate([t.ids for t in tensors], axis=first._dim(dim))
+    except ValueError as e:
+        shapes = ", ".join(f"{t.name}{list(t.shape)}" for t in tensors)
+        raise GraphError(f"concat along dim {dim}: shapes do not fit ({shapes}): {e}") from None
+    return first._view(ids, "concat(" + ", ".join(t.name for t in tensors) + ")")
