@@ -1,0 +1,72 @@
+"""Target: the machine a graph is built for (chip, IPU count, tiles) and its cycle conversions."""
+from __future__ import annotations
+
+from math import ceil
+
+import numpy as np
+
+from . import arch
+from .errors import GraphError
+
+
+class Target:
+    """What Poplar calls a Target: tiles, memory, workers, clock, and how data moves between IPUs."""
+
+    def __init__(self, chip: arch.Chip, num_ipus: int = 1, tiles_per_ipu: int | None = None,
+                 cost: arch.CostModel = arch.COST):
+        tiles_per_ipu = chip.tiles_per_ipu if tiles_per_ipu is None else int(tiles_per_ipu)
+        if not 1 <= tiles_per_ipu <= chip.tiles_per_ipu:
+            raise GraphError(f"{chip.name} has 1 to {chip.tiles_per_ipu} tiles per IPU, "
+                             f"not {tiles_per_ipu}")
+        if num_ipus < 1:
+            raise GraphError(f"a target needs at least one IPU, not {num_ipus}")
+        self.chip, self.cost = chip, cost
+        self.num_ipus, self.tiles_per_ipu = int(num_ipus), tiles_per_ipu
+        self.system = arch.system_for(chip, self.num_ipus)
+
+    arch = property(lambda self: self.chip.name)
+    num_tiles = property(lambda self: self.num_ipus * self.tiles_per_ipu)
+    bytes_per_tile = property(lambda self: self.chip.bytes_per_tile)
+    num_worker_contexts = property(lambda self: self.chip.num_worker_contexts)
+    exchange_bytes_per_cycle = property(lambda self: self.chip.exchange_bytes_per_cycle)
+    clock_hz = property(lambda self: self.chip.clock_hz)
+
+    def __repr__(self) -> str:
+        return (f"Target({self.arch}, {self.num_ipus} IPU(s) x {self.tiles_per_ipu} tiles, "
+                f"{self.system.name})")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Target) and (self.chip, self.num_ipus, self.tiles_per_ipu) == (
+            other.chip, other.num_ipus, other.tiles_per_ipu)
+
+    def __hash__(self) -> int:
+        return hash((self.chip.name, self.num_ipus, self.tiles_per_ipu))
+
+    # --- conversions used by the cycle model -----------------------------------------------
+    def cycles(self, seconds: float) -> int:
+        return int(ceil(seconds * self.clock_hz))
+
+    def ipu_of(self, tiles: np.ndarray) -> np.ndarray:
+        return np.asarray(tiles) // self.tiles_per_ipu
+
+    def sync_cycles(self, kind: str) -> int:
+        """internal: one IPU's barrier; external: all IPUs over the links; global: with the host."""
+        internal = self.cost.sync_internal_cycles
+        if kind == "internal":
+            return internal
+        hops = 1 + self.num_ipus // 4
+        external = internal + self.cycles(2 * self.cost.sync_hop_s * hops)
+        return external if kind == "external" else external + self.cycles(self.cost.host_latency_s)
+
+    def host_cycles(self, nbytes: int) -> int:
+        if nbytes <= 0:
+            return 0
+        rate = self.system.host_link_bytes_per_second
+        return self.cycles(self.cost.host_latency_s + nbytes / rate)
+
+    def link_cycles(self, nbytes: int, src_ipu: int, dst_ipu: int) -> int:
+        links, hops = self.system.route(src_ipu, dst_ipu)
+        if nbytes <= 0 or links == 0:
+            return 0
+        return self.cycles(hops * self.cost.ipu_link_latency_s
+                           + nbytes / (links * self.chip.ipu_link_bytes_per_second))
