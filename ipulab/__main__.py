@@ -1,0 +1,6 @@
+"""`python -m ipulab`: the same as the `ipulab` command."""
+import sys
+
+from ipulab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,540 @@
+"""Compile a graph and its programs into steps: all Python-level work happens here, once.
+
+Lowering views to element addresses, grouping vertices into batches per codelet, deciding which
+field data must cross tiles (and allocating exchange buffers for it), checking hazards,
+building copy plans, precomputing cycles, and laying out tile memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import GraphError, ProgramError
+from ..machine import bsp
+from ..machine.cost import compute_cost, default_vertex_estimate
+from ..machine.exchange import CopyPlan
+from ..machine.memory import CATEGORY, TileMemory
+from . import program as prog
+from .codelet import Batch
+from .graph import DataStream, GraphState
+from .tensor import Tensor
+from .types import round_half
+
+_PHASES_OF_PLAN = (("exchange", "exchange"), ("inter_ipu_exchange", "inter_ipu_exchange"))
+
+
+class Compiled:
+    """The output of compilation: steps, program roots, memory layout and arena sizes."""
+
+    def __init__(self):
+        self.steps: list[bsp.Step] = []
+        self.roots: list = []
+        self.arena_sizes: dict[str, int] = {}
+        self.memory: TileMemory | None = None
+        self.vertex_stats: dict[str, dict] = {}
+        self.traffic: dict[int, tuple] = {}   # step index -> (src_tile, dst_tile, bytes)
+
+
+class Compiler:
+    def __init__(self, state: GraphState, mode: str):
+        self.st, self.target, self.mode = state, state.target, mode
+        self.T = self.target.num_tiles
+        self.out = Compiled()
+        self.sizes = {k: a.size for k, a in state.arenas.items()}
+        self.tile_of = {k: a.tile_of[:a.size].copy() for k, a in state.arenas.items()}
+        self.dummy = {k: np.zeros(1, a.dtype) for k, a in state.arenas.items()}
+        self.dummy_ro = {}
+        for k, a in self.dummy.items():
+            ro = a.view()
+            ro.flags.writeable = False
+            self.dummy_ro[k] = ro
+        self.is_const = {k: np.zeros(a.size, bool) for k, a in state.arenas.items()}
+        for v in state.variables:
+            if v.is_constant:
+                self.is_const[v.dtype.storage.name][v.offset:v.offset + v.size] = True
+        self.cs_steps: dict[int, bsp.Step] = {}
+        self.buffers = np.zeros(self.T, np.int64)   # per tile: largest exchange buffer set
+        self.code_pairs: set = set()
+        self.vstate = np.zeros(self.T, np.int64)
+        self._vertex_groups = None
+
+    # --- helpers ----------------------------------------------------------------------------
+    def tensor_name(self, t: Tensor, flat_index: int | None = None) -> str:
+        if flat_index is None:
+            return f"'{t.name}'"
+        var = self.st.variable_at(t.dtype, int(t.ids.ravel()[flat_index]))
+        return f"'{t.name}' (element {flat_index}, in variable '{var.name}')"
+
+    def _buffer(self, key: str, n: int) -> int:
+        start = self.sizes[key]
+        self.sizes[key] += n
+        return start
+
+    def _add_step(self, step: bsp.Step) -> int:
+        step.index = len(self.out.steps)
+        self.out.steps.append(step)
+        return step.index
+
+    def _plan_phases(self, step: bsp.Step, plans: list[CopyPlan]) -> np.ndarray:
+        """Add a sync and the exchange phases of plans to step; return on-tile copy cycles."""
+        on_tile = np.zeros(self.T, np.int64)
+        phases = {k: np.zeros(self.T, np.int64) for k, _ in _PHASES_OF_PLAN}
+        for p in plans:
+            for k, _ in _PHASES_OF_PLAN:
+                phases[k] += p.cycles[k]
+            on_tile += p.cycles["on_tile_copy"]
+        crosses = phases["inter_ipu_exchange"].any()
+        step.add("sync", self.target.sync_cycles("external" if crosses else "internal"))
+        for k, _ in _PHASES_OF_PLAN:
+            step.add(k, phases[k])
+        return on_tile
+
+    def _traffic(self, index: int, plans: list[CopyPlan]) -> None:
+        parts = [p.traffic() for p in plans]
+        if parts:
+            self.out.traffic[index] = tuple(np.concatenate(x) for x in zip(*parts))
+
+    # --- validation -------------------------------------------------------------------------
+    def check_mapping(self) -> None:
+        for v in self.st.variables:
+            tiles = self.tile_of[v.dtype.storage.name][v.offset:v.offset + v.size]
+            missing = np.flatnonzero(tiles < 0)
+            if missing.size:
+                raise GraphError(
+                    f"tensor '{v.name}' has {missing.size} of {v.size} elements not mapped to a "
+                    f"tile (first: element {missing[0]}); call g.set_tile_mapping(...) or "
+                    "poputil.map_tensor_linearly(g, t)")
+
+    # --- Execute ------------------------------------------------------------------------------
+    def _vertices_of(self, cs_id: int) -> np.ndarray:
+        if self._vertex_groups is None:
+            v_cs = np.asarray(self.st.v_cs, np.int64)
+            order = np.argsort(v_cs, kind="stable")
+            bounds = np.searchsorted(v_cs[order], np.arange(len(self.st.compute_sets) + 1))
+            self._vertex_groups = (order, bounds)
+        order, bounds = self._vertex_groups
+        return order[bounds[cs_id]:bounds[cs_id + 1]]
+
+    def execute(self, cs) -> bsp.Step:
+        if cs.id in self.cs_steps:
+            return self.cs_steps[cs.id]
+        st = self.st
+        vids = self._vertices_of(cs.id)
+        # 1. one slot per connected (vertex, field, part)
+        s_vid, s_field, s_part, s_ids, s_tensor = [], [], [], [], []
+        for vid in vids.tolist():
+            tile, conns, cls = st.v_tile[vid], st.v_conns[vid], st.v_codelet[vid]
+            if tile < 0:
+                raise GraphError(f"{st.describe_vertex(vid)} is not mapped to a tile; call "
+                                 "g.set_tile_mapping(v, tile)")
+            for fi, f in enumerate(cls.fields):
+                if f.name not in conns:
+                    raise GraphError(f"field '{f.name}' of {st.describe_vertex(vid)} is not "
+                                     "connected")
+                parts = conns[f.name] if f.kind == "vector_list" else [conns[f.name]]
+                for pi, t in enumerate(parts):
+                    s_vid.append(vid), s_field.append(fi), s_part.append(pi)
+                    s_ids.append(t.ids.ravel()), s_tensor.append(t)
+        n_slots = len(s_vid)
+        s_vid = np.asarray(s_vid, np.int64)
+        s_field = np.asarray(s_field, np.int64)
+        s_len = np.fromiter((a.size for a in s_ids), np.int64, n_slots)
+        v_tile = np.asarray(st.v_tile, np.int64)
+        s_tile = v_tile[s_vid] if n_slots else np.zeros(0, np.int64)
+        fields = [st.v_codelet[v].fields[f] for v, f in zip(s_vid.tolist(), s_field.tolist())]
+        s_key = [f.dtype.storage.name for f in fields]
+        s_type = np.asarray([f.dtype.name for f in fields])
+        s_offset = np.zeros(n_slots, np.int64)
+
+        step = bsp.Step("execute", cs.name, self.T)
+        pre, post, half_out = [], [], {}
+        cs_buffers = np.zeros(self.T, np.int64)
+        for type_name in sorted(set(s_type.tolist())):
+            sel = np.flatnonzero(s_type == type_name)
+            self._lower_slots(sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid,
+                              s_offset, pre, post, half_out, cs_buffers)
+        self.buffers = np.maximum(self.buffers, cs_buffers)
+
+        # 2. batches per codelet
+        batches, estimates = [], np.zeros(len(vids), np.int64)
+        pos_of = {int(v): i for i, v in enumerate(vids.tolist())}
+        by_codelet: dict = {}
+        for vid in vids.tolist():
+            by_codelet.setdefault(st.v_codelet[vid], []).append(vid)
+        slot_lists = self._slots_by_vertex(s_vid)
+        for cls, members in by_codelet.items():
+            batches.append(self._batch(cls, np.asarray(members, np.int64), cs.name, s_field,
+                                       s_offset, s_len, s_key, slot_lists))
+            for vid in members:
+                estimates[pos_of[vid]] = self._estimate(vid, cls, slot_lists[vid], s_field,
+                                                        s_len)
+            self.code_pairs.update((t, cls.__name__) for t in set(v_tile[members].tolist()))
+            stats = self.out.vertex_stats.setdefault(cls.__name__, {"count": 0, "cycles": 0})
+            stats["count"] += len(members)
+            stats["cycles"] += int(sum(estimates[pos_of[v]] for v in members))
+        self._vertex_state(vids, s_vid, s_field)
+
+        # 3. cost
+        on_tile_pre = self._plan_phases(step, [p for p, _ in pre])
+        tiles = v_tile[vids]
+        multi = np.fromiter((st.v_codelet[v].multi for v in vids.tolist()), bool, len(vids))
+        cycles, excl = compute_cost(self.target, tiles, estimates, multi)
+        step.add("compute", cycles + on_tile_pre)
+        excluding_idle = excl + on_tile_pre
+        if post:
+            on_tile_post = self._plan_phases(step, [p for p, _ in post])
+            step.add("compute", on_tile_post)
+            excluding_idle = excluding_idle + on_tile_post
+        step.compute_excluding_idle = excluding_idle
+
+        def action(state, pre=pre, post=post, batches=batches, half_out=half_out):
+            for plan, key in pre:
+                plan.run(state.arenas[key], state.arenas[key])
+            for b in batches:
+                b.run(state.arenas, state.arenas_ro)
+            for key, idx in half_out.items():
+                a = state.arenas[key]
+                a[idx] = round_half(a[idx])
+            for plan, key in post:
+                plan.run(state.arenas[key], state.arenas[key])
+
+        # plans are stored with their arena key; cost helpers want plain plans
+        step.action = action
+        for b in batches:
+            b.compile(self.dummy, self.dummy_ro)
+        self._add_step(step)
+        self._traffic(step.index, [p for p, _ in pre + post])
+        self.cs_steps[cs.id] = step
+        return step
+
+    def _lower_slots(self, sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid, s_offset,
+                     pre, post, half_out, cs_buffers):
+        """Place each slot's data (all of one type): in place, or in a buffer on its tile."""
+        dtype = fields[sel[0]].dtype
+        key, elem_bytes = dtype.storage.name, dtype.size
+        lens = s_len[sel]
+        cat = np.concatenate([s_ids[i] for i in sel]) if sel.size else np.zeros(0, np.int64)
+        seg = np.repeat(np.arange(sel.size), lens)
+        starts = np.cumsum(lens) - lens
+        elem_tile = self.tile_of[key][cat] if cat.size else np.zeros(0, np.int32)
+        bad = elem_tile != s_tile[sel][seg]
+        if cat.size > 1:
+            step_ok = np.r_[True, np.diff(cat) == 1]
+            step_ok[starts[lens > 0]] = True
+            bad |= ~step_ok
+        direct = np.bincount(seg, weights=bad, minlength=sel.size) == 0
+        reads = np.array([fields[i].reads for i in sel], bool)
+        writes = np.array([fields[i].writes for i in sel], bool)
+        self._check_hazards(key, sel, cat, seg, reads, writes, s_tensor, s_vid)
+
+        s_offset[sel[direct & (lens > 0)]] = cat[starts[direct & (lens > 0)]]
+        need = np.flatnonzero(~direct)
+        if need.size:
+            self._buffer_slots(key, elem_bytes, sel, need, s_ids, lens, s_tile, reads, writes,
+                               s_offset, pre, post, cs_buffers)
+        # HALF outputs are rounded where the codelet wrote them
+        half = np.array([dtype.rounds_to_half and fields[i].writes for i in sel], bool)
+        if half.any():
+            idx = [np.arange(s_offset[i], s_offset[i] + s_len[i]) for i in sel[half]]
+            half_out[key] = np.concatenate(idx + [half_out.get(key, np.zeros(0, np.int64))])
+
+    def _buffer_slots(self, key, elem_bytes, sel, need, s_ids, lens, s_tile, reads, writes,
+                      s_offset, pre, post, cs_buffers):
+        """Give slots that are remote or scattered a contiguous buffer on the vertex's tile,
+        filled by an exchange before the compute phase and sent back after it for outputs."""
+        n_buf = int(lens[need].sum())
+        base = self._buffer(key, n_buf)
+        buf_start = base + np.cumsum(lens[need]) - lens[need]
+        s_offset[sel[need]] = buf_start
+        buf_tiles = np.repeat(s_tile[sel][need], lens[need])
+        cs_buffers += np.bincount(buf_tiles, minlength=self.T) * elem_bytes
+        src = np.concatenate([s_ids[sel[i]] for i in need])
+        dst = np.arange(base, base + n_buf, dtype=np.int64)
+        r_mask = np.repeat(reads[need], lens[need])
+        w_mask = np.repeat(writes[need], lens[need])
+        src_tile = self.tile_of[key][src]
+        if r_mask.any():
+            pre.append((CopyPlan(self.target, src[r_mask], dst[r_mask], src_tile[r_mask],
+                                 buf_tiles[r_mask], elem_bytes), key))
+        if w_mask.any():
+            post.append((CopyPlan(self.target, dst[w_mask], src[w_mask], buf_tiles[w_mask],
+                                  src_tile[w_mask], elem_bytes), key))
+
+    def _check_hazards(self, key, sel, cat, seg, reads, writes, s_tensor, s_vid):
+        """Reject overlapping writes, reads of written data, and writes to constants."""
+        w_elem = writes[seg]
+        written, w_seg = cat[w_elem], seg[w_elem]
+        if written.size:
+            order = np.argsort(written, kind="stable")
+            dup = np.flatnonzero(np.diff(written[order]) == 0)
+            if dup.size:
+                a, b = w_seg[order[dup[0]]], w_seg[order[dup[0] + 1]]
+                ia, ib = sel[a], sel[b]
+                raise GraphError(
+                    f"write hazard in compute set: {self.st.describe_vertex(int(s_vid[ia]))} "
+                    f"writes tensor '{s_tensor[ia].name}' and "
+                    f"{self.st.describe_vertex(int(s_vid[ib]))} writes tensor "
+                    f"'{s_tensor[ib].name}', and they overlap; vertices of one compute set "
+                    "must write disjoint elements")
+            const = self.is_const[key][written]
+            if const.any():
+                i = sel[w_seg[np.argmax(const)]]
+                raise GraphError(f"{self.st.describe_vertex(int(s_vid[i]))} writes constant "
+                                 f"tensor '{s_tensor[i].name}'; constants are read-only")
+        r_elem = (reads & ~writes)[seg]
+        if written.size and r_elem.any():
+            clash = np.isin(cat[r_elem], written)
+            if clash.any():
+                i = sel[seg[r_elem][np.argmax(clash)]]
+                w = sel[w_seg[np.argmax(np.isin(written, cat[r_elem][clash]))]]
+                raise GraphError(
+                    f"read/write hazard: {self.st.describe_vertex(int(s_vid[i]))} reads "
+                    f"'{s_tensor[i].name}' as an Input while {self.st.describe_vertex(int(s_vid[w]))} "
+                    f"writes it ('{s_tensor[w].name}') in the same compute set; an Input is never "
+                    "written — use InOut in one vertex, or two compute sets")
+
+    @staticmethod
+    def _slots_by_vertex(s_vid: np.ndarray) -> dict[int, np.ndarray]:
+        order = np.argsort(s_vid, kind="stable")
+        vids, first = np.unique(s_vid[order], return_index=True)
+        bounds = np.r_[first, order.size]
+        return {int(v): order[bounds[i]:bounds[i + 1]] for i, v in enumerate(vids)}
+
+    def _batch(self, cls, members, cs_name, s_field, s_offset, s_len, s_key, slot_lists):
+        params = self.st.codelet_params[cls]
+        by_attr = {f.attr: (i, f) for i, f in enumerate(cls.fields)}
+        order = [by_attr[p] for p in params]
+        kinds = tuple(f.kind for _, f in order)
+        flat_cols = [fi for fi, f in order if f.kind != "vector_list"]
+        vl_cols = [fi for fi, f in order if f.kind == "vector_list"]
+        V = members.size
+        off = np.zeros((V, len(flat_cols)), np.int64)
+        ln = np.zeros((V, len(flat_cols)), np.int64)
+        vl_first = np.zeros((V, len(vl_cols)), np.int64)
+        vl_count = np.zeros((V, len(vl_cols)), np.int64)
+        vl_off, vl_len = [], []
+        col_of = {fi: c for c, fi in enumerate(flat_cols)}
+        vcol_of = {fi: c for c, fi in enumerate(vl_cols)}
+        for row, vid in enumerate(members.tolist()):
+            for s in slot_lists.get(vid, ()):
+                fi = int(s_field[s])
+                if fi in col_of:
+                    off[row, col_of[fi]], ln[row, col_of[fi]] = s_offset[s], s_len[s]
+                else:
+                    c = vcol_of[fi]
+                    if vl_count[row, c] == 0:
+                        vl_first[row, c] = len(vl_off)
+                    vl_count[row, c] += 1
+                    vl_off.append(s_offset[s]), vl_len.append(s_len[s])
+        keys = [f.dtype.storage.name for _, f in order]
+        readonly = [f.direction == "input" for _, f in order]
+        return Batch(cls, params, self.mode, self.target.num_worker_contexts, members,
+                     np.asarray(self.st.v_tile, np.int64)[members], cs_name, keys, kinds,
+                     readonly, off, ln, vl_first, vl_count, np.asarray(vl_off, np.int64),
+                     np.asarray(vl_len, np.int64))
+
+    def _estimate(self, vid, cls, slots, s_field, s_len) -> int:
+        fixed = self.st.v_estimate[vid]
+        if fixed >= 0:
+            return fixed
+        if hasattr(cls, "cycle_estimate"):
+            sizes = {}
+            for s in slots:
+                f = cls.fields[int(s_field[s])]
+                if f.kind == "vector_list":
+                    sizes[f.attr] = sizes.get(f.attr, ()) + (int(s_len[s]),)
+                else:
+                    sizes[f.attr] = int(s_len[s])
+            try:
+                return int(cls.cycle_estimate(**sizes))
+            except Exception as e:
+                raise GraphError(f"cycle_estimate of codelet {cls.__name__} failed for "
+                                 f"{self.st.describe_vertex(vid)} with sizes {sizes}: {e}") from None
+        return int(default_vertex_estimate(self.target, int(s_len[slots].sum())))
+
+    def _vertex_state(self, vids, s_vid, s_field) -> None:
+        c = self.target.cost
+        for vid in vids.tolist():
+            cls, conns = self.st.v_codelet[vid], self.st.v_conns[vid]
+            n = c.vertex_header_bytes
+            for f in cls.fields:
+                if f.kind == "scalar":
+                    n += c.scalar_field_bytes
+                elif f.kind == "vector":
+                    n += c.vector_field_bytes
+                else:
+                    n += c.vector_field_bytes + c.vector_list_entry_bytes * len(conns[f.name])
+            self.vstate[self.st.v_tile[vid]] += n
+
+    # --- copies, streams, control -----------------------------------------------------------
+    def copy(self, p: prog.Copy) -> bsp.Step:
+        src, dst = p.src, p.dst
+        if isinstance(src, DataStream) or isinstance(dst, DataStream):
+            return self.stream_copy(p)
+        key = src.dtype.storage.name
+        s, d = src.ids.ravel(), dst.ids.ravel()
+        self._check_destination(d, key, dst, p.name)
+        plan = CopyPlan(self.target, s, d, self.tile_of[key][s], self.tile_of[key][d],
+                        src.dtype.size)
+        step = bsp.Step("copy", p.name, self.T)
+        on_tile = self._plan_phases(step, [plan])
+        step.add("compute", on_tile)
+        step.compute_excluding_idle = on_tile
+        step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
+        self._add_step(step)
+        self._traffic(step.index, [plan])
+        return step
+
+    def _check_destination(self, d, key, dst, what) -> None:
+        if np.unique(d).size != d.size:
+            raise ProgramError(f"{what}: destination '{dst.name}' names some elements twice "
+                               "(a broadcast view cannot be written)")
+        if self.is_const[key][d].any():
+            raise ProgramError(f"{what}: destination '{dst.name}' is a constant")
+
+    def stream_copy(self, p: prog.Copy) -> bsp.Step:
+        to_device = isinstance(p.src, DataStream)
+        stream, tensor = (p.src, p.dst) if to_device else (p.dst, p.src)
+        key = tensor.dtype.storage.name
+        ids = np.ascontiguousarray(tensor.ids.ravel())
+        if to_device:
+            self._check_destination(ids, key, tensor, p.name)
+        tiles = self.tile_of[key][ids]
+        step = bsp.Step("stream_copy", p.name, self.T)
+        step.add("sync", self.target.sync_cycles("external"))
+        host = np.zeros(self.T, np.int64)
+        host[np.unique(tiles)] = self.target.host_cycles(ids.size * tensor.dtype.size)
+        step.add("host_exchange", host)
+        n, name, storage = stream.num_elements, stream.name, tensor.dtype.storage
+
+        if to_device:
+            def action(state):
+                state.arenas[key][ids] = state.stream_read(name, n).astype(storage)
+        else:
+            def action(state):
+                state.stream_write(name, state.arenas[key][ids])
+        step.action = action
+        self._add_step(step)
+        return step
+
+    def print_tensor(self, p: prog.PrintTensor) -> bsp.Step:
+        t = p.tensor
+        key, ids = t.dtype.storage.name, t.ids
+        step = bsp.Step("print", p.name, self.T)
+        host = np.zeros(self.T, np.int64)
+        host[np.unique(self.tile_of[key][ids.ravel()])] = self.target.host_cycles(
+            t.num_elements() * t.dtype.size)
+        step.add("sync", self.target.sync_cycles("external"))
+        step.add("host_exchange", host)
+        step.action = lambda state: state.print(p.title, state.arenas[key][ids].astype(t.dtype.host))
+        self._add_step(step)
+        return step
+
+    def sync(self, p: prog.Sync) -> bsp.Step:
+        step = bsp.Step("sync", p.name, self.T)
+        step.add("sync", self.target.sync_cycles(p.sync_type.value))
+        self._add_step(step)
+        return step
+
+    def predicate(self, pred: Tensor, negate: bool, name: str) -> bsp.Predicate:
+        key, addr = pred.dtype.storage.name, int(pred.ids.ravel()[0])
+        step = bsp.Step("control", name, self.T)
+        step.add("sync", self.target.sync_cycles("external" if self.target.num_ipus > 1
+                                                 else "internal"))
+        self._add_step(step)
+        if negate:
+            return bsp.Predicate(step, lambda state: not state.arenas[key][addr])
+        return bsp.Predicate(step, lambda state: state.arenas[key][addr])
+
+    # --- program tree -------------------------------------------------------------------------
+    def lower(self, p) -> object:
+        if isinstance(p, prog.Sequence):
+            return bsp.Block(self.lower(c) for c in p.programs)
+        if isinstance(p, prog.Execute):
+            return self.execute(p.cs)
+        if isinstance(p, prog.Copy):
+            return self.copy(p)
+        if isinstance(p, prog.PrintTensor):
+            return self.print_tensor(p)
+        if isinstance(p, prog.Sync):
+            return self.sync(p)
+        if isinstance(p, prog.Repeat):
+            return bsp.Loop(p.count, self.lower(p.body))
+        if isinstance(p, prog.If):
+            return bsp.Branch(self.predicate(p.pred, False, p.name or f"If {p.pred.name}"),
+                              self.lower(p.then), self.lower(p.else_))
+        if isinstance(p, prog.RepeatWhileTrue):
+            name = p.name or f"While {p.pred.name}"
+            return bsp.WhileLoop(self.lower(p.cond), self.predicate(p.pred, p.negate, name),
+                                 self.lower(p.body))
+        raise ProgramError(f"not a program: {p!r}")
+
+    def _check_program_graph(self, p) -> None:
+        for t in _tensors_of(p):
+            if t._graph is not self.st:
+                raise ProgramError(f"program uses tensor '{t.name}' of another graph")
+
+    # --- memory -------------------------------------------------------------------------------
+    def layout_memory(self) -> TileMemory:
+        st, c = self.st, self.target.cost
+        tiles, sizes, cats, owners, names = [], [], [], [], []
+        for vi, v in enumerate(st.variables):
+            t = self.tile_of[v.dtype.storage.name][v.offset:v.offset + v.size]
+            per_tile = np.bincount(t, minlength=self.T)
+            nz = np.flatnonzero(per_tile)
+            tiles.append(nz), sizes.append(per_tile[nz] * v.dtype.size)
+            cat = CATEGORY["constants" if v.is_constant else "variables"]
+            cats.append(np.full(nz.size, cat)), owners.append(np.full(nz.size, vi))
+            names.append(v.name)
+        extra = [("vertex state", "vertex_state", self.vstate),
+                 ("exchange buffers", "exchange_buffers", self.buffers)]
+        code = np.zeros(self.T, np.int64)
+        for t, _ in self.code_pairs:
+            code[t] += c.codelet_code_bytes
+        control = np.zeros(self.T, np.int64)
+        for step in self.out.steps:
+            active = np.zeros(self.T, bool)
+            for kind, cyc in step.phases:
+                if kind != "sync":
+                    active |= cyc > 0
+            control[active] += c.control_code_bytes_per_step
+        extra += [("codelet code", "code", code), ("control code", "code", control)]
+        for name, cat, per_tile in extra:
+            nz = np.flatnonzero(per_tile)
+            tiles.append(nz), sizes.append(per_tile[nz])
+            cats.append(np.full(nz.size, CATEGORY[cat])), owners.append(np.full(nz.size, len(names)))
+            names.append(name)
+        cat_ = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        return TileMemory(self.T, self.target.bytes_per_tile, c.alignment, cat_(tiles),
+                          cat_(sizes), cat_(cats), cat_(owners), names)
+
+
+def _tensors_of(p):
+    if isinstance(p, prog.Sequence):
+        for c in p.programs:
+            yield from _tensors_of(c)
+    elif isinstance(p, prog.Copy):
+        yield from (x for x in (p.src, p.dst) if isinstance(x, Tensor))
+    elif isinstance(p, prog.PrintTensor):
+        yield p.tensor
+    elif isinstance(p, (prog.If, prog.RepeatWhileTrue)):
+        yield p.pred
+        for c in (getattr(p, "then", None), getattr(p, "else_", None), getattr(p, "cond", None),
+                  getattr(p, "body", None)):
+            if c is not None:
+                yield from _tensors_of(c)
+    elif isinstance(p, prog.Repeat):
+        yield from _tensors_of(p.body)
+
+
+def compile_graph(state: GraphState, programs: list, mode: str) -> Compiled:
+    """Compile programs over a graph; raises before touching anything the caller owns."""
+    c = Compiler(state, mode)
+    c.check_mapping()
+    for p in programs:
+        c._check_program_graph(p)
+    c.out.roots = [c.lower(p) for p in programs]
+    c.out.memory = c.layout_memory()
+    c.out.memory.check()
+    c.out.arena_sizes = dict(c.sizes)
+    c.out.buffer_tiles = c.buffers
+    return c.out

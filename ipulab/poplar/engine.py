@@ -1,0 +1,205 @@
+"""Engine: compile once (in the constructor), load onto a device, run many times."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ..errors import EngineError, IpuLabError
+from .codelet import MODES
+from .compile import compile_graph
+from .graph import Graph
+from .profile import Profile
+from .program import Program
+from .types import round_half
+
+_OPTIONS = {"debug.checkedCodelets": ("true", "false"),
+            "debug.codeletMode": MODES}
+
+
+def _mode(options: dict) -> str:
+    for k, v in options.items():
+        if k not in _OPTIONS:
+            raise EngineError(f"unknown engine option {k!r}; known: {', '.join(_OPTIONS)}")
+        if str(v) not in _OPTIONS[k]:
+            raise EngineError(f"option {k!r} takes one of {_OPTIONS[k]}, not {v!r}")
+    mode = options.get("debug.codeletMode", "compiled")
+    if mode == "compiled" and options.get("debug.checkedCodelets") == "true":
+        mode = "checked"
+    return mode
+
+
+def format_values(title: str, values: np.ndarray) -> str:
+    """Poplar's PrintTensor format: floats with 7 decimals, rows of a matrix on their own lines."""
+    def fmt(x) -> str:
+        if values.dtype.kind == "f":
+            return f"{float(x):.7f}"
+        return str(int(x))
+
+    def block(a, indent: str) -> str:
+        if a.ndim <= 1:
+            return "[" + " ".join(fmt(x) for x in np.atleast_1d(a)) + "]"
+        inner = "\n".join(indent + " " + block(row, indent + " ") for row in a)
+        return "[\n" + inner + "\n" + indent + "]"
+
+    return f"{title}: {block(values, '')}"
+
+
+class _RunState:
+    """What one run() touches: the arenas, the trace, and staged host-stream traffic."""
+
+    def __init__(self, engine: "Engine"):
+        self.arenas, self.arenas_ro = engine._arenas, engine._arenas_ro
+        self.trace: list[int] = []
+        self._engine = engine
+        self._pos = dict(engine._stream_pos)
+        self._pending: list = []
+
+    def _buffer(self, name: str) -> np.ndarray:
+        buf = self._engine._stream_buf.get(name)
+        if buf is None:
+            raise EngineError(f"stream '{name}' is not connected: call "
+                              f"engine.connect_stream('{name}', array) before run()")
+        return buf
+
+    def _indices(self, name: str, n: int, size: int) -> np.ndarray:
+        pos = self._pos[name]
+        self._pos[name] = (pos + n) % size
+        return (pos + np.arange(n)) % size
+
+    def stream_read(self, name: str, n: int) -> np.ndarray:
+        buf = self._buffer(name)
+        return buf[self._indices(name, n, buf.size)]
+
+    def stream_write(self, name: str, values: np.ndarray) -> None:
+        buf = self._buffer(name)
+        self._pending.append((buf, self._indices(name, values.size, buf.size), values))
+
+    def print(self, title: str, values: np.ndarray) -> None:
+        print(format_values(title, values), file=sys.stdout)
+
+    def commit(self) -> None:
+        for buf, idx, values in self._pending:
+            buf[idx] = values
+        self._engine._stream_pos = self._pos
+
+
+class Engine:
+    """Poplar's Engine: Engine(graph, program or [programs], options); load(device); run(i)."""
+
+    def __init__(self, graph: Graph, programs, options: dict | None = None):
+        if not isinstance(graph, Graph):
+            raise EngineError(f"Engine needs a Graph, not {type(graph).__name__}")
+        programs = list(programs) if isinstance(programs, (list, tuple)) else [programs]
+        for i, p in enumerate(programs):
+            if not isinstance(p, Program):
+                raise EngineError(f"program {i} is a {type(p).__name__}, not a program")
+        self.options = dict(options or {})
+        self.mode = _mode(self.options)
+        self.target = graph._state.target
+        self._compiled = compile_graph(graph._state, programs, self.mode)
+        st = graph._state
+        self._handles = dict(st.handles)
+        self._streams = dict(st.streams)
+        self._constants = [v for v in st.variables if v.is_constant]
+        self._device = None
+        self._profile = None
+        self._stream_buf: dict[str, np.ndarray] = {}
+        self._stream_pos = {name: 0 for name in self._streams}
+
+    # --- device ----------------------------------------------------------------------------
+    def load(self, device) -> None:
+        """Attach to a device: allocate the arenas and write the constants."""
+        if getattr(device, "target", None) != self.target:
+            raise EngineError(f"cannot load onto {device!r}: the graph was built for "
+                              f"{self.target!r}")
+        self._arenas = {k: np.zeros(n, np.dtype(k)) for k, n in
+                        self._compiled.arena_sizes.items()}
+        self._arenas_ro = {}
+        for k, a in self._arenas.items():
+            ro = a.view()
+            ro.flags.writeable = False
+            self._arenas_ro[k] = ro
+        for v in self._constants:
+            self._arenas[v.dtype.storage.name][v.offset:v.offset + v.size] = v.values
+        self._device = device
+
+    def _require_loaded(self, what: str) -> None:
+        if self._device is None:
+            raise EngineError(f"{what} before load(): call engine.load(device) first")
+
+    # --- running ---------------------------------------------------------------------------
+    def run(self, program: int = 0) -> None:
+        """Run program i; on failure, host arrays and stream positions are left as they were."""
+        self._require_loaded("run()")
+        roots = self._compiled.roots
+        if not isinstance(program, (int, np.integer)) or not 0 <= program < len(roots):
+            raise EngineError(f"no program {program!r}: this engine has programs "
+                              f"0 to {len(roots) - 1}")
+        state = _RunState(self)
+        try:
+            roots[program].run(state)
+        except IpuLabError:
+            raise
+        state.commit()
+        self._profile = Profile(self.target, self._compiled, state.trace)
+
+    # --- host data ---------------------------------------------------------------------------
+    def _handle(self, name: str, mode: str):
+        if name not in self._handles or self._handles[name][0] != mode:
+            known = [h for h, (m, _) in self._handles.items() if m == mode]
+            raise EngineError(f"no host {mode} handle {name!r}; known: {known or 'none'} "
+                              f"(create one with g.create_host_{mode}(name, tensor))")
+        return self._handles[name][1]
+
+    def write_tensor(self, handle: str, array) -> None:
+        """Copy a host array into the tensor behind a host-write handle."""
+        t = self._handle(handle, "write")
+        self._require_loaded("write_tensor()")
+        a = np.asarray(array)
+        self._check_host_array(f"handle '{handle}'", t, a, t.num_elements())
+        vals = a.ravel().astype(t.dtype.storage)
+        self._arenas[t.dtype.storage.name][t.ids.ravel()] = (
+            round_half(vals) if t.dtype.rounds_to_half else vals)
+
+    def read_tensor(self, handle: str) -> np.ndarray:
+        """A new host array with the values of the tensor behind a host-read handle."""
+        t = self._handle(handle, "read")
+        self._require_loaded("read_tensor()")
+        return self._arenas[t.dtype.storage.name][t.ids].astype(t.dtype.host)
+
+    @staticmethod
+    def _check_host_array(what: str, t, a: np.ndarray, n: int, multiple: bool = False) -> None:
+        if a.dtype != t.dtype.host:
+            raise EngineError(f"{what} is {t.dtype} and needs a numpy {t.dtype.host} array, "
+                              f"got {a.dtype} (use .astype(np.{t.dtype.host}))")
+        ok = a.size > 0 and a.size % n == 0 if multiple else a.size == n
+        if not ok:
+            need = f"a positive multiple of {n}" if multiple else f"{n}"
+            raise EngineError(f"{what} needs {need} elements, got an array of {a.size} "
+                              f"(shape {list(a.shape)})")
+
+    def connect_stream(self, name: str, array) -> None:
+        """Connect a host array to a FIFO; it is read (or written) circularly, as in Poplar."""
+        if name not in self._streams:
+            raise EngineError(f"no stream {name!r}; known: {list(self._streams) or 'none'}")
+        s = self._streams[name]
+        if not isinstance(array, np.ndarray):
+            raise EngineError(f"stream '{name}' needs a numpy array, not {type(array).__name__}")
+        self._check_host_array(f"stream '{name}'", s, array, s.num_elements, multiple=True)
+        if s.direction == "device_to_host":
+            if not (array.flags.c_contiguous and array.flags.writeable):
+                raise EngineError(f"stream '{name}' writes into the array in place: pass a "
+                                  "writeable, C-contiguous array")
+        self._stream_buf[name] = array.reshape(-1)
+        self._stream_pos[name] = 0
+
+    # --- profile -------------------------------------------------------------------------------
+    def profile(self) -> Profile:
+        """Profile of the most recent run()."""
+        if self._profile is None:
+            raise EngineError("no profile yet: run() a program first")
+        return self._profile
+
+    def print_profile_summary(self) -> None:
+        print(self.profile().summary())

@@ -1,0 +1,387 @@
+"""Graph: variables, constants, tile mappings, codelets, compute sets, vertices, host handles."""
+from __future__ import annotations
+
+import inspect
+import types as pytypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GraphError
+from ..target import Target
+from .tensor import Tensor
+from .types import Type, as_type, round_half
+from .vertex import Vertex, codelet_spec
+
+
+class Arena:
+    """Address space of one storage dtype: which tile holds each element."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype, self.size = dtype, 0
+        self.tile_of = np.full(1024, -1, np.int32)
+
+    def allocate(self, n: int) -> int:
+        start, self.size = self.size, self.size + n
+        if self.size > self.tile_of.size:
+            grown = np.full(max(self.size, 2 * self.tile_of.size), -1, np.int32)
+            grown[:start] = self.tile_of[:start]
+            self.tile_of = grown
+        return start
+
+
+@dataclass
+class Variable:
+    """A fixed-size typed array of the graph; constants carry their values."""
+
+    name: str
+    dtype: Type
+    shape: tuple
+    offset: int
+    values: np.ndarray | None = None   # constants only (storage dtype, flattened)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def is_constant(self) -> bool:
+        return self.values is not None
+
+
+@dataclass
+class ComputeSet:
+    """A set of vertices that run in parallel in one compute phase."""
+
+    id: int
+    name: str
+
+
+@dataclass
+class DataStream:
+    """A host FIFO: host_to_device or device_to_host, num_elements per copy."""
+
+    name: str
+    dtype: Type
+    num_elements: int
+    direction: str
+
+
+class VertexRef:
+    """Handle to a vertex; v["field"] names one of its fields for connect()."""
+
+    def __init__(self, state, vid: int):
+        self._state, self.id = state, vid
+
+    @property
+    def codelet(self):
+        return self._state.v_codelet[self.id]
+
+    def __getitem__(self, field: str) -> "FieldRef":
+        self._state.field_of(self.id, field)
+        return FieldRef(self, field)
+
+    def __repr__(self) -> str:
+        return f"Vertex({self.id}, {self.codelet.__name__})"
+
+
+@dataclass
+class FieldRef:
+    vertex: VertexRef
+    field: str
+
+
+class GraphState:
+    """Everything a graph holds; shared by a graph and its virtual graphs."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.arenas: dict[str, Arena] = {}
+        self.variables: list[Variable] = []
+        self.var_starts: dict[str, list[int]] = {}   # per arena: offsets, for naming elements
+        self.codelets: dict[str, type] = {}
+        self.codelet_params: dict[type, list[str]] = {}
+        self.compute_sets: list[ComputeSet] = []
+        self.v_cs: list[int] = []
+        self.v_codelet: list[type] = []
+        self.v_tile: list[int] = []
+        self.v_estimate: list[int] = []
+        self.v_conns: list[dict] = []
+        self.handles: dict[str, tuple[str, Tensor]] = {}
+        self.streams: dict[str, DataStream] = {}
+        self._by_start: dict[tuple[str, int], Variable] = {}
+
+    def arena(self, dtype: Type) -> Arena:
+        key = dtype.storage.name
+        if key not in self.arenas:
+            self.arenas[key] = Arena(dtype.storage)
+            self.var_starts[key] = []
+        return self.arenas[key]
+
+    def variable_at(self, dtype: Type, address: int) -> Variable:
+        starts = self.var_starts[dtype.storage.name]
+        i = int(np.searchsorted(starts, address, side="right")) - 1
+        return self._by_start[(dtype.storage.name, starts[i])]
+
+    def field_of(self, vid: int, key: str):
+        cls = self.v_codelet[vid]
+        for f in cls.fields:
+            if f.name == key:
+                return f
+        names = ", ".join(repr(f.name) for f in cls.fields)
+        raise GraphError(f"codelet {cls.__name__} has no field {key!r} (vertex {vid}); "
+                         f"its fields are {names}")
+
+    def describe_vertex(self, vid: int) -> str:
+        tile = self.v_tile[vid]
+        cs = self.compute_sets[self.v_cs[vid]].name
+        where = f"tile {tile}" if tile >= 0 else "no tile"
+        return f"vertex {vid} ({self.v_codelet[vid].__name__}, {where}, compute set '{cs}')"
+
+
+class Graph:
+    """Poplar's Graph for a target (or device); create_virtual_graph gives a tile-range view."""
+
+    def __init__(self, target_or_device, replication_factor: int = 1, *, _state=None,
+                 _tile_range=None):
+        target = getattr(target_or_device, "target", target_or_device)
+        if not isinstance(target, Target):
+            raise GraphError(f"Graph needs a Target or a Device, not {type(target).__name__}")
+        if replication_factor != 1:
+            raise GraphError("replicated graphs (replication_factor > 1) are not supported "
+                             "in this release; use replication_factor=1")
+        self._state = _state or GraphState(target)
+        self.replication_factor = replication_factor
+        self._lo, self._hi = _tile_range or (0, target.num_tiles)
+        self.target = target if _tile_range is None else _VirtualTarget(target, *_tile_range)
+
+    # --- tiles --------------------------------------------------------------------------------
+    def _tile(self, tile) -> int:
+        n = self._hi - self._lo
+        if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, np.integer)):
+            raise GraphError(f"tile must be an integer, not {tile!r}")
+        if not 0 <= tile < n:
+            raise GraphError(f"tile {tile} does not exist: this graph has tiles 0 to {n - 1}")
+        return self._lo + int(tile)
+
+    def create_virtual_graph(self, lo_tile: int, hi_tile: int) -> "Graph":
+        """A graph over tiles [lo_tile, hi_tile) of this one, sharing its variables and vertices."""
+        n = self._hi - self._lo
+        if not 0 <= lo_tile < hi_tile <= n:
+            raise GraphError(f"virtual graph [{lo_tile}, {hi_tile}) is not a non-empty tile range "
+                             f"within 0..{n}")
+        return Graph(self._state.target, _state=self._state,
+                     _tile_range=(self._lo + lo_tile, self._lo + hi_tile))
+
+    # --- variables ----------------------------------------------------------------------------
+    def _tensor_of(self, var: Variable) -> Tensor:
+        ids = np.arange(var.offset, var.offset + var.size, dtype=np.int64).reshape(var.shape)
+        ids.flags.writeable = False
+        return Tensor(self._state, ids, var.dtype, var.name)
+
+    def _add(self, dtype, shape, name: str, values=None) -> Tensor:
+        dtype = as_type(dtype)
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
+        if any(s < 0 for s in shape):
+            raise GraphError(f"variable '{name}': negative dimension in shape {list(shape)}")
+        st = self._state
+        name = name or f"{'constant' if values is not None else 'variable'}{len(st.variables)}"
+        arena = st.arena(dtype)
+        var = Variable(name, dtype, shape, 0, values)
+        var.offset = arena.allocate(var.size)
+        st.variables.append(var)
+        st.var_starts[dtype.storage.name].append(var.offset)
+        st._by_start[(dtype.storage.name, var.offset)] = var
+        return self._tensor_of(var)
+
+    def add_variable(self, dtype, shape, name: str = "") -> Tensor:
+        """A new variable of the given type and shape; map it to tiles before compiling."""
+        return self._add(dtype, shape, name)
+
+    def add_constant(self, dtype, shape, values, name: str = "") -> Tensor:
+        """A constant initialised from values (a scalar is broadcast to the whole shape)."""
+        dtype = as_type(dtype)
+        shape = tuple(shape) if isinstance(shape, (list, tuple)) else (int(shape),)
+        try:
+            arr = np.broadcast_to(np.asarray(values), shape).astype(dtype.host)
+        except ValueError:
+            raise GraphError(f"constant '{name}': {np.size(values)} values do not fit shape "
+                             f"{list(shape)}") from None
+        stored = arr.astype(dtype.storage).ravel()
+        return self._add(dtype, shape, name, round_half(stored) if dtype.rounds_to_half else stored)
+
+    def clone(self, tensor: Tensor, name: str = "") -> Tensor:
+        """A new variable shaped and mapped like tensor."""
+        self._own(tensor)
+        t = self.add_variable(tensor.dtype, tensor.shape, name or f"{tensor.name}.clone")
+        arena = self._state.arena(tensor.dtype)
+        arena.tile_of[t.ids.ravel()] = arena.tile_of[tensor.ids.ravel()]
+        return t
+
+    def _own(self, tensor) -> None:
+        if not isinstance(tensor, Tensor):
+            raise GraphError(f"expected a Tensor, got {type(tensor).__name__}")
+        if tensor._graph is not self._state:
+            raise GraphError(f"tensor '{tensor.name}' belongs to another graph")
+
+    # --- mapping ------------------------------------------------------------------------------
+    def set_tile_mapping(self, target, tile) -> None:
+        """Map a tensor's elements (or a vertex) to a tile; or a tensor by a tile mapping list."""
+        if isinstance(target, VertexRef):
+            self._state.v_tile[target.id] = self._tile(tile)
+            return
+        self._own(target)
+        tile_of = self._state.arena(target.dtype).tile_of
+        if isinstance(tile, (list, tuple)):
+            self._set_mapping_list(target, tile)
+            return
+        tile_of[target.ids.ravel()] = self._tile(tile)
+
+    def _set_mapping_list(self, tensor: Tensor, mapping) -> None:
+        flat = tensor.ids.ravel()
+        tile_of = self._state.arena(tensor.dtype).tile_of
+        for tile, intervals in enumerate(mapping):
+            for b, e in intervals:
+                if not 0 <= b <= e <= flat.size:
+                    raise GraphError(f"tensor '{tensor.name}': interval [{b}, {e}) outside its "
+                                     f"{flat.size} elements")
+                tile_of[flat[b:e]] = self._tile(tile)
+
+    def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
+        """For each tile, the [begin, end) intervals of the tensor's flattened elements there."""
+        self._own(tensor)
+        n_tiles = self._hi - self._lo
+        tiles = self._state.arena(tensor.dtype).tile_of[tensor.ids.ravel()].astype(np.int64)
+        mapping: list[list[tuple[int, int]]] = [[] for _ in range(n_tiles)]
+        if tiles.size == 0:
+            return mapping
+        starts = np.flatnonzero(np.r_[True, tiles[1:] != tiles[:-1]])
+        ends = np.r_[starts[1:], tiles.size]
+        for b, e, t in zip(starts.tolist(), ends.tolist(), tiles[starts].tolist()):
+            if t < 0:
+                continue
+            if not self._lo <= t < self._hi:
+                raise GraphError(f"tensor '{tensor.name}' has elements on tile {t}, outside this "
+                                 f"virtual graph's tiles [{self._lo}, {self._hi})")
+            mapping[t - self._lo].append((b, e))
+        return mapping
+
+    # --- codelets and vertices ------------------------------------------------------------------
+    def add_codelets(self, codelets) -> None:
+        """Register codelet classes: a class, a list of them, or a module defining them."""
+        if isinstance(codelets, pytypes.ModuleType):
+            codelets = [c for c in vars(codelets).values() if inspect.isclass(c)
+                        and issubclass(c, Vertex) and c.__module__ == codelets.__name__]
+        elif not isinstance(codelets, (list, tuple)):
+            codelets = [codelets]
+        for cls in codelets:
+            params = codelet_spec(cls)
+            self._state.codelets[cls.__name__] = cls
+            self._state.codelet_params[cls] = params
+
+    def add_compute_set(self, name: str = "") -> ComputeSet:
+        cs = ComputeSet(len(self._state.compute_sets), name or f"cs{len(self._state.compute_sets)}")
+        self._state.compute_sets.append(cs)
+        return cs
+
+    def add_vertex(self, cs: ComputeSet, codelet, connections: dict | None = None,
+                   tile: int | None = None) -> VertexRef:
+        """A vertex of a codelet (name or class) in a compute set, optionally connected and mapped."""
+        st = self._state
+        if not isinstance(cs, ComputeSet) or cs.id >= len(st.compute_sets) or \
+                st.compute_sets[cs.id] is not cs:
+            raise GraphError(f"{cs!r} is not a compute set of this graph")
+        if isinstance(codelet, str):
+            if codelet not in st.codelets:
+                known = ", ".join(sorted(st.codelets)) or "none yet"
+                raise GraphError(f"unknown codelet {codelet!r}: call g.add_codelets(...) first "
+                                 f"(known: {known})")
+            cls = st.codelets[codelet]
+        else:
+            self.add_codelets(codelet)
+            cls = codelet
+        vid = len(st.v_cs)
+        st.v_cs.append(cs.id)
+        st.v_codelet.append(cls)
+        st.v_tile.append(-1)
+        st.v_estimate.append(-1)
+        st.v_conns.append({})
+        v = VertexRef(st, vid)
+        try:
+            for key, tensor in (connections or {}).items():
+                self.connect(v[key], tensor)
+            if tile is not None:
+                self.set_tile_mapping(v, tile)
+        except GraphError:
+            for lst in (st.v_cs, st.v_codelet, st.v_tile, st.v_estimate, st.v_conns):
+                lst.pop()
+            raise
+        return v
+
+    def connect(self, field: FieldRef, tensor) -> None:
+        """Connect a vertex field to a tensor (a list of tensors or a 2-D tensor for VectorList)."""
+        if not isinstance(field, FieldRef):
+            raise GraphError("connect() takes a field reference v['name'] and a tensor")
+        st, vid = self._state, field.vertex.id
+        f = st.field_of(vid, field.field)
+        what = f"field '{f.name}' of {st.describe_vertex(vid)}"
+        if f.kind == "vector_list":
+            parts = list(tensor) if isinstance(tensor, (list, tuple, Tensor)) else None
+            if parts is None:
+                raise GraphError(f"{what} is a VectorList: connect a list of tensors or a 2-D one")
+        else:
+            parts = [tensor]
+        for t in parts:
+            self._own(t)
+            if t.dtype is not f.dtype:
+                raise GraphError(f"{what} is {f.dtype} but tensor '{t.name}' is {t.dtype}")
+            if f.kind == "scalar" and t.num_elements() != 1:
+                raise GraphError(f"{what} is a scalar but tensor '{t.name}' has "
+                                 f"{t.num_elements()} elements")
+        st.v_conns[vid][f.name] = parts if f.kind == "vector_list" else tensor
+
+    def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
+        """Fix a vertex's cycle estimate (worker-issue cycles), overriding its codelet's."""
+        if not isinstance(vertex, VertexRef) or cycles < 0:
+            raise GraphError(f"set_perf_estimate needs a vertex and cycles >= 0, got "
+                             f"{vertex!r}, {cycles!r}")
+        self._state.v_estimate[vertex.id] = int(cycles)
+
+    # --- host handles and streams ----------------------------------------------------------
+    def _new_handle(self, name: str) -> None:
+        if name in self._state.handles or name in self._state.streams:
+            raise GraphError(f"handle or stream name {name!r} is already used")
+
+    def create_host_write(self, handle: str, tensor: Tensor) -> None:
+        self._own(tensor)
+        self._new_handle(handle)
+        self._state.handles[handle] = ("write", tensor)
+
+    def create_host_read(self, handle: str, tensor: Tensor) -> None:
+        self._own(tensor)
+        self._new_handle(handle)
+        self._state.handles[handle] = ("read", tensor)
+
+    def _fifo(self, name: str, dtype, num_elements: int, direction: str) -> DataStream:
+        self._new_handle(name)
+        if num_elements < 1:
+            raise GraphError(f"stream {name!r} needs at least one element per copy")
+        s = DataStream(name, as_type(dtype), int(num_elements), direction)
+        self._state.streams[name] = s
+        return s
+
+    def add_host_to_device_fifo(self, name: str, dtype, num_elements: int) -> DataStream:
+        return self._fifo(name, dtype, num_elements, "host_to_device")
+
+    def add_device_to_host_fifo(self, name: str, dtype, num_elements: int) -> DataStream:
+        return self._fifo(name, dtype, num_elements, "device_to_host")
+
+
+class _VirtualTarget:
+    """The target seen by a virtual graph: the same machine, fewer tiles."""
+
+    def __init__(self, target: Target, lo: int, hi: int):
+        self._target, self.tile_base, self.num_tiles = target, lo, hi - lo
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)

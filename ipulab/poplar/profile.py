@@ -1,0 +1,123 @@
+"""Profile: what the most recent run cost, per tile and per step, and what memory it used."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..machine.bsp import PHASES, summarize
+
+_PER_TILE = {
+    "compute_cycles": "compute",
+    "exchange_cycles": "exchange",
+    "inter_ipu_exchange_cycles": "inter_ipu_exchange",
+    "host_exchange_cycles": "host_exchange",
+    "sync_cycles": "sync",
+}
+
+
+@dataclass
+class StepRecord:
+    """One executed step: kind, name, start cycle, total cycles and per-tile cycles per phase."""
+
+    index: int
+    kind: str
+    name: str
+    start: int
+    cycles: int
+    phases: list   # [(phase kind, per-tile cycles array)] in BSP order
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "kind": self.kind, "name": self.name, "start": self.start,
+                "cycles": self.cycles,
+                "phases": [{"kind": k, "cycles": int(c.max())} for k, c in self.phases]}
+
+
+class Profile:
+    """Cycles and memory of a run, as plain numpy arrays (one entry per tile)."""
+
+    def __init__(self, target, compiled, trace: list[int]):
+        s = summarize(compiled.steps, trace, target.num_tiles)
+        self.arch, self.num_ipus = target.arch, target.num_ipus
+        self.num_tiles, self.tiles_per_ipu = target.num_tiles, target.tiles_per_ipu
+        self.bytes_per_tile, self.clock_hz = target.bytes_per_tile, target.clock_hz
+        self.total_cycles = int(s["total"])
+        for attr, phase in _PER_TILE.items():
+            setattr(self, attr, s["per_tile"][phase])
+        self.compute_cycles_excluding_idle = s["compute_excluding_idle"]
+        self.memory = compiled.memory.as_dict()
+        self.memory_total = compiled.memory.total
+        self.memory_layout = compiled.memory
+        self.vertex_stats = {k: dict(v) for k, v in compiled.vertex_stats.items()}
+        self.steps, start = [], 0
+        for i in trace:
+            step = compiled.steps[i]
+            self.steps.append(StepRecord(i, step.kind, step.name, start, step.cycles, step.phases))
+            start += step.cycles
+        self.traffic = compiled.traffic
+
+    @property
+    def total_seconds(self) -> float:
+        return self.total_cycles / self.clock_hz
+
+    def phase_totals(self) -> dict[str, int]:
+        """BSP time spent in each phase kind: the sum over steps of the slowest tile's cycles."""
+        out = dict.fromkeys(PHASES, 0)
+        for rec in self.steps:
+            for kind, cyc in rec.phases:
+                out[kind] += int(cyc.max())
+        return out
+
+    def to_dict(self) -> dict:
+        d = {"arch": self.arch, "num_ipus": self.num_ipus, "num_tiles": self.num_tiles,
+             "tiles_per_ipu": self.tiles_per_ipu, "bytes_per_tile": self.bytes_per_tile,
+             "clock_hz": self.clock_hz, "total_cycles": self.total_cycles,
+             "total_seconds": self.total_seconds,
+             "compute_cycles_excluding_idle": self.compute_cycles_excluding_idle.tolist(),
+             "memory": {k: v.tolist() for k, v in self.memory.items()},
+             "memory_total": self.memory_total.tolist(),
+             "vertex_stats": self.vertex_stats, "phase_totals": self.phase_totals(),
+             "steps": [r.to_dict() for r in self.steps]}
+        d.update({attr: getattr(self, attr).tolist() for attr in _PER_TILE})
+        return d
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    def summary(self) -> str:
+        """A text report like Poplar's profile summary."""
+        mem, used = self.memory_total, int(self.memory_total.sum())
+        capacity = self.bytes_per_tile * self.num_tiles
+        busiest = int(np.argmax(mem)) if mem.size else 0
+        lines = [
+            f"Target: {self.arch}, {self.num_ipus} IPU(s) x {self.tiles_per_ipu} tiles, "
+            f"{self.clock_hz / 1e6:,.1f} MHz",
+            "",
+            "Memory",
+            f"  total          {used:>14,} B of {capacity:,} B ({100 * used / capacity:.2f} %)",
+            f"  busiest tile   {int(mem[busiest]):>14,} B on tile {busiest} "
+            f"({100 * mem[busiest] / self.bytes_per_tile:.2f} % of {self.bytes_per_tile:,} B)",
+            f"  tiles used     {int((mem > 0).sum()):>14,} of {self.num_tiles:,}",
+        ]
+        lines += [f"    {k:<18} {int(v.sum()):>12,} B" for k, v in self.memory.items()]
+        lines += ["", "Execution",
+                  f"  total          {self.total_cycles:>14,} cycles = "
+                  f"{self.total_seconds * 1e6:,.3f} us"]
+        lines += [f"    {k:<18} {v:>12,} cycles" for k, v in self.phase_totals().items()]
+        lines += [f"  compute excluding idle threads (all tiles) "
+                  f"{int(self.compute_cycles_excluding_idle.sum()):,} cycles"]
+        if self.vertex_stats:
+            lines += ["", "Codelets (per compile: vertices, summed estimates)"]
+            lines += [f"  {k:<24} {v['count']:>8,} vertices {v['cycles']:>12,} cycles"
+                      for k, v in sorted(self.vertex_stats.items())]
+        by_step: dict = {}
+        for r in self.steps:
+            n, c = by_step.get((r.kind, r.name), (0, 0))
+            by_step[(r.kind, r.name)] = (n + 1, c + r.cycles)
+        if by_step:
+            lines += ["", "Steps (by cycles)"]
+            top = sorted(by_step.items(), key=lambda kv: -kv[1][1])[:12]
+            lines += [f"  {kind:<12} {name[:40]:<40} x{n:<6} {c:>12,} cycles"
+                      for (kind, name), (n, c) in top]
+        return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""Programs: the control tree an Engine compiles (Sequence, Execute, Copy, Repeat, If, ...)."""
+from __future__ import annotations
+
+import enum
+
+from ..errors import ProgramError
+from .graph import ComputeSet, DataStream
+from .tensor import Tensor
+
+
+class SyncType(enum.Enum):
+    INTERNAL = "internal"   # all tiles of one IPU
+    EXTERNAL = "external"   # all tiles of all IPUs
+    GLOBAL = "global"       # all IPUs and the host
+
+
+class Program:
+    """Base of every program."""
+
+
+class Sequence(Program):
+    """Run programs one after another."""
+
+    def __init__(self, programs=(), name: str = ""):
+        self.programs, self.name = [], name
+        for p in programs:
+            self.add(p)
+
+    def add(self, program: Program) -> "Sequence":
+        if not isinstance(program, Program):
+            raise ProgramError(f"Sequence.add takes a program, not {type(program).__name__}")
+        self.programs.append(program)
+        return self
+
+
+class Execute(Program):
+    """Run the vertices of a compute set: one BSP superstep."""
+
+    def __init__(self, cs: ComputeSet, name: str = ""):
+        if not isinstance(cs, ComputeSet):
+            raise ProgramError(f"Execute takes a compute set, not {type(cs).__name__}")
+        self.cs, self.name = cs, name or cs.name
+
+
+class Copy(Program):
+    """Copy tensor -> tensor, stream -> tensor or tensor -> stream (elements in flattened order)."""
+
+    def __init__(self, src, dst, name: str = ""):
+        for side, x in (("source", src), ("destination", dst)):
+            if not isinstance(x, (Tensor, DataStream)):
+                raise ProgramError(f"Copy {side} must be a tensor or a stream, "
+                                   f"not {type(x).__name__}")
+        if isinstance(src, DataStream) and isinstance(dst, DataStream):
+            raise ProgramError("Copy cannot connect two streams")
+        for s in (src, dst):
+            if isinstance(s, DataStream):
+                want = "host_to_device" if s is src else "device_to_host"
+                if s.direction != want:
+                    raise ProgramError(f"stream '{s.name}' is {s.direction}; it cannot be a "
+                                       f"Copy {'source' if s is src else 'destination'}")
+        n_src = src.num_elements if isinstance(src, DataStream) else src.num_elements()
+        n_dst = dst.num_elements if isinstance(dst, DataStream) else dst.num_elements()
+        if n_src != n_dst:
+            raise ProgramError(f"Copy from '{src.name}' ({n_src} elements) to '{dst.name}' "
+                               f"({n_dst} elements): element counts differ")
+        if src.dtype is not dst.dtype:
+            raise ProgramError(f"Copy from '{src.name}' ({src.dtype}) to '{dst.name}' "
+                               f"({dst.dtype}): types differ; cast first")
+        self.src, self.dst, self.name = src, dst, name or f"Copy {src.name} -> {dst.name}"
+
+
+def _check_predicate(pred, what: str) -> Tensor:
+    if not isinstance(pred, Tensor) or pred.num_elements() != 1:
+        raise ProgramError(f"{what} needs a one-element predicate tensor, got {pred!r}")
+    if pred.dtype.host.kind == "f":
+        raise ProgramError(f"{what}: predicate '{pred.name}' must be BOOL, INT or UNSIGNED_INT, "
+                           f"not {pred.dtype}")
+    return pred
+
+
+def _program(p, what: str) -> Program:
+    if p is None:
+        return Sequence()
+    if not isinstance(p, Program):
+        raise ProgramError(f"{what} must be a program, not {type(p).__name__}")
+    return p
+
+
+class Repeat(Program):
+    """Run body count times."""
+
+    def __init__(self, count: int, body: Program, name: str = ""):
+        if int(count) < 0:
+            raise ProgramError(f"Repeat count must be >= 0, not {count}")
+        self.count, self.body, self.name = int(count), _program(body, "Repeat body"), name
+
+
+class RepeatWhileTrue(Program):
+    """Run cond; while pred is true run body, then cond again."""
+
+    def __init__(self, cond: Program, pred: Tensor, body: Program, name: str = ""):
+        self.cond, self.body = _program(cond, "condition"), _program(body, "body")
+        self.pred, self.negate, self.name = _check_predicate(pred, "RepeatWhileTrue"), False, name
+
+
+class RepeatWhileFalse(RepeatWhileTrue):
+    """Run cond; while pred is false run body, then cond again."""
+
+    def __init__(self, cond: Program, pred: Tensor, body: Program, name: str = ""):
+        super().__init__(cond, pred, body, name)
+        self.negate = True
+
+
+class If(Program):
+    """Run then_ if pred is non-zero, else else_."""
+
+    def __init__(self, pred: Tensor, then: Program, else_: Program | None = None, name: str = ""):
+        self.pred = _check_predicate(pred, "If")
+        self.then, self.else_ = _program(then, "If branch"), _program(else_, "else branch")
+        self.name = name
+
+
+class Sync(Program):
+    """A barrier across tiles: INTERNAL (one IPU), EXTERNAL (all IPUs) or GLOBAL (with host)."""
+
+    def __init__(self, sync_type: SyncType = SyncType.INTERNAL, name: str = ""):
+        if not isinstance(sync_type, SyncType):
+            raise ProgramError(f"Sync takes a poplar.SyncType, not {sync_type!r}")
+        self.sync_type, self.name = sync_type, name or f"Sync {sync_type.value}"
+
+
+class PrintTensor(Program):
+    """Print a tensor's values as Poplar does: `title: [1.0000000 2.0000000]`."""
+
+    def __init__(self, title, tensor: Tensor | None = None):
+        if tensor is None:
+            title, tensor = getattr(title, "name", ""), title
+        if not isinstance(tensor, Tensor):
+            raise ProgramError(f"PrintTensor takes a tensor, not {type(tensor).__name__}")
+        self.title, self.tensor, self.name = str(title), tensor, f"PrintTensor {title}"

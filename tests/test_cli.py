@@ -1,0 +1,58 @@
+"""The `ipulab` command: version, preset tables, and the JupyterLab command line it would run."""
+import sys
+from pathlib import Path
+
+from ipulab import cli
+
+
+def test_version(capsys):
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == "ipulab 0.1.0"
+
+
+def test_info_lists_presets_and_systems(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "1472" in out and "1216" in out
+    assert "1,850" in out or "1850" in out
+    assert "bow2000" in out and "pod256" in out
+
+
+def test_no_command_prints_help(capsys):
+    assert cli.main([]) == 0
+    assert "usage: ipulab" in capsys.readouterr().out
+
+
+def test_unknown_command_fails(capsys):
+    assert cli.main(["bogus"]) == 2
+
+
+def test_lab_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "_is_root", lambda: False)
+    assert cli.lab_command(folder=tmp_path) == [sys.executable, "-m", "jupyterlab", str(tmp_path)]
+    assert cli.lab_command(8899, tmp_path)[-1] == "--port=8899"
+    monkeypatch.setattr(cli, "_is_root", lambda: True)
+    assert cli.lab_command(8899, tmp_path)[-2:] == ["--port=8899", "--allow-root"]
+
+
+def test_lab_uses_checkout_notebooks_or_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    repo_notebooks = Path(cli.__file__).resolve().parent.parent / "notebooks"
+    expected = repo_notebooks if repo_notebooks.is_dir() else tmp_path
+    assert cli.lab_command()[3] == str(expected)
+
+
+def test_lab_runs_the_command(monkeypatch):
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda cmd: seen.append(cmd) or 0)
+    assert cli.main(["lab", "--port", "9000"]) == 0
+    assert seen == [cli.lab_command(9000)]
+
+
+def test_cli_import_stays_light():
+    """Importing the command module must not pull in the simulator (numba) by itself."""
+    import subprocess
+    code = ("import sys, importlib.util; spec = importlib.util.spec_from_file_location("
+            f"'c', {cli.__file__!r}); m = importlib.util.module_from_spec(spec); "
+            "spec.loader.exec_module(m); assert 'numba' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
