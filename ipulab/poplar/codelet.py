@@ -102,7 +102,8 @@ def _compute_for(cls, mode: str):
         if mode == "python":
             _computes[key] = _python_compute(fn)
         else:
-            _computes[key] = numba.njit(boundscheck=mode == "checked", error_model="numpy")(fn)
+            _computes[key] = numba.njit(boundscheck=mode == "checked", error_model="numpy",
+                                        fastmath=cls.fastmath)(fn)
     return _computes[key]
 
 

@@ -19,6 +19,16 @@ from .graph import DataStream, GraphState
 from .tensor import Tensor
 from .types import round_half
 
+def first_duplicate(ids: np.ndarray):
+    """An address that occurs twice in ids, or None (linear time: a count over the span)."""
+    if ids.size < 2:
+        return None
+    lo = int(ids.min())
+    counts = np.bincount(ids - lo)
+    over = np.flatnonzero(counts > 1)
+    return lo + int(over[0]) if over.size else None
+
+
 _PHASES_OF_PLAN = (("exchange", "exchange"), ("inter_ipu_exchange", "inter_ipu_exchange"))
 
 
@@ -264,10 +274,9 @@ class Compiler:
         w_elem = writes[seg]
         written, w_seg = cat[w_elem], seg[w_elem]
         if written.size:
-            order = np.argsort(written, kind="stable")
-            dup = np.flatnonzero(np.diff(written[order]) == 0)
-            if dup.size:
-                a, b = w_seg[order[dup[0]]], w_seg[order[dup[0] + 1]]
+            dup = first_duplicate(written)
+            if dup is not None:
+                a, b = w_seg[np.flatnonzero(written == dup)[:2]]
                 ia, ib = sel[a], sel[b]
                 raise GraphError(
                     f"write hazard in compute set: {self.st.describe_vertex(int(s_vid[ia]))} "
@@ -385,7 +394,7 @@ class Compiler:
         return step
 
     def _check_destination(self, d, key, dst, what) -> None:
-        if np.unique(d).size != d.size:
+        if first_duplicate(d) is not None:
             raise ProgramError(f"{what}: destination '{dst.name}' names some elements twice "
                                "(a broadcast view cannot be written)")
         if self.is_const[key][d].any():

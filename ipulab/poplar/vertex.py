@@ -80,6 +80,9 @@ class Vertex:
     """
 
     multi = False
+    # Opt in to LLVM fast-math (SIMD reductions). Still deterministic run to run, but sums may
+    # be reordered, so results can differ in the last bits from python mode.
+    fastmath = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
