@@ -168,13 +168,14 @@ class Batch:
         try:
             driver.compile(tuple(numba.typeof(a) for a in args))
         except Exception as e:  # numba typing / lowering errors
-            msg = str(e).strip().splitlines()
-            detail = "\n".join(msg[:12])
-            hint = ""
-            if "readonly" in str(e) or "read-only" in str(e):
-                hint = "\nHint: an Input field is read-only; declare it InOut to write to it."
+            text = str(e)
+            why = ("it writes to an Input field, which is read-only: declare the field InOut "
+                   "(or Output) to write it" if "setitem(readonly" in text else
+                   "numba could not compile its compute()")
+            detail = "\n".join(text.strip().splitlines()[:15])
             raise CodeletError(f"codelet {self.cls.__name__} failed to compile in compute set "
-                               f"'{self.cs_name}' ({self.mode} mode):\n{detail}{hint}") from None
+                               f"'{self.cs_name}' ({self.mode} mode): {why}.\n"
+                               f"numba said:\n{detail}") from None
         self._fn = driver
 
     def run(self, arenas, arenas_ro) -> None:

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from ..errors import EngineError, IpuLabError
+from ..errors import EngineError
 from .codelet import MODES
 from .compile import compile_graph
 from .graph import Graph
@@ -103,7 +103,7 @@ class Engine:
         self._streams = dict(st.streams)
         self._constants = [v for v in st.variables if v.is_constant]
         self._device = None
-        self._profile = None
+        self._trace = self._profile = None
         self._stream_buf: dict[str, np.ndarray] = {}
         self._stream_pos = {name: 0 for name in self._streams}
 
@@ -137,12 +137,9 @@ class Engine:
             raise EngineError(f"no program {program!r}: this engine has programs "
                               f"0 to {len(roots) - 1}")
         state = _RunState(self)
-        try:
-            roots[program].run(state)
-        except IpuLabError:
-            raise
+        roots[program].run(state)   # raises before commit: host arrays stay untouched
         state.commit()
-        self._profile = Profile(self.target, self._compiled, state.trace)
+        self._trace, self._profile = state.trace, None
 
     # --- host data ---------------------------------------------------------------------------
     def _handle(self, name: str, mode: str):
@@ -197,8 +194,10 @@ class Engine:
     # --- profile -------------------------------------------------------------------------------
     def profile(self) -> Profile:
         """Profile of the most recent run()."""
-        if self._profile is None:
+        if self._trace is None:
             raise EngineError("no profile yet: run() a program first")
+        if self._profile is None:
+            self._profile = Profile(self.target, self._compiled, self._trace)
         return self._profile
 
     def print_profile_summary(self) -> None:
