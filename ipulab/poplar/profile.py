@@ -28,6 +28,11 @@ class StepRecord:
     cycles: int
     phases: list   # [(phase kind, per-tile cycles array)] in BSP order
 
+    @property
+    def tile_cycles(self) -> np.ndarray:
+        """Per tile: cycles it was busy in this step (summed over phases)."""
+        return np.sum([c for _, c in self.phases], axis=0, dtype=np.int64) if self.phases else 0
+
     def to_dict(self) -> dict:
         return {"index": self.index, "kind": self.kind, "name": self.name, "start": self.start,
                 "cycles": self.cycles,
@@ -60,6 +65,10 @@ class Profile:
     @property
     def total_seconds(self) -> float:
         return self.total_cycles / self.clock_hz
+
+    def seconds(self, cycles):
+        """Cycles (a number or a per-tile array) in seconds at the target's clock."""
+        return np.asarray(cycles) / self.clock_hz
 
     def phase_totals(self) -> dict[str, int]:
         """BSP time spent in each phase kind: the sum over steps of the slowest tile's cycles."""
