@@ -28,10 +28,13 @@ def compute_cost(target, tiles: np.ndarray, estimates: np.ndarray, multi: np.nda
     return busiest * target.num_worker_contexts, busy_sum
 
 
-def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np.ndarray):
+def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np.ndarray,
+                  src_start: np.ndarray | None = None):
     """Per-tile cycles of the moves (src_tile -> dst_tile, nbytes) of one exchange.
 
-    Returns a dict of per-tile arrays:
+    The exchange multicasts: a tile sends a region once and every tile that needs it listens,
+    so a source run (src_start, bytes) counts once in its tile's bytes out however many tiles
+    receive it. Returns a dict of per-tile arrays:
       exchange            on-chip: ceil(max(bytes in, bytes out) / bytes per cycle) + setup
       inter_ipu_exchange  over IPU-Links: each tile waits for the slowest IPU pair it uses
       on_tile_copy        moves within a tile, done by copy code at the SRAM write width
@@ -43,7 +46,13 @@ def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np
     local = ~same & ~cross
 
     on_tile = np.bincount(src_tile[same], weights=nbytes[same], minlength=T).astype(np.int64)
-    out_b = np.bincount(src_tile[local], weights=nbytes[local], minlength=T).astype(np.int64)
+    sent = local
+    if src_start is not None and local.any():
+        runs = np.stack([src_start[local], nbytes[local]], axis=1)
+        first = np.unique(runs, axis=0, return_index=True)[1]
+        sent = np.zeros_like(local)
+        sent[np.flatnonzero(local)[first]] = True
+    out_b = np.bincount(src_tile[sent], weights=nbytes[sent], minlength=T).astype(np.int64)
     in_b = np.bincount(dst_tile[local], weights=nbytes[local], minlength=T).astype(np.int64)
     busiest = np.maximum(in_b, out_b)
     exchange = np.where(busiest > 0, _ceil_div(busiest, target.exchange_bytes_per_cycle)

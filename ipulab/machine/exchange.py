@@ -51,7 +51,8 @@ class CopyPlan:
         self.staged = intervals_overlap(self.src_start, self.length, self.dst_start, self.length)
         if self.staged:
             self._tmp_start = np.cumsum(self.length) - self.length
-        self.cycles = exchange_cost(target, self.src_tile, self.dst_tile, self.bytes)
+        self.cycles = exchange_cost(target, self.src_tile, self.dst_tile, self.bytes,
+                                    self.src_start)
 
     def run(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> None:
         if self.num_elements == 0:

@@ -250,7 +250,20 @@ class Compiler:
     def _buffer_slots(self, key, elem_bytes, sel, need, s_ids, lens, s_tile, reads, writes,
                       s_offset, pre, post, cs_buffers):
         """Give slots that are remote or scattered a contiguous buffer on the vertex's tile,
-        filled by an exchange before the compute phase and sent back after it for outputs."""
+        filled by an exchange before the compute phase and sent back after it for outputs.
+
+        Vertices of one tile that read the same elements share one buffer: the data crosses
+        the exchange once per tile, not once per vertex."""
+        first_reader, aliases, own = {}, [], []
+        for i in need.tolist():
+            if reads[i] and not writes[i]:
+                k = (int(s_tile[sel[i]]), s_ids[sel[i]].tobytes())
+                if k in first_reader:
+                    aliases.append((i, first_reader[k]))
+                    continue
+                first_reader[k] = i
+            own.append(i)
+        need = np.asarray(own, np.int64)
         n_buf = int(lens[need].sum())
         base = self._buffer(key, n_buf)
         buf_start = base + np.cumsum(lens[need]) - lens[need]
@@ -268,6 +281,8 @@ class Compiler:
         if w_mask.any():
             post.append((CopyPlan(self.target, dst[w_mask], src[w_mask], buf_tiles[w_mask],
                                   src_tile[w_mask], elem_bytes), key))
+        for i, j in aliases:
+            s_offset[sel[i]] = s_offset[sel[j]]
 
     def _check_hazards(self, key, sel, cat, seg, reads, writes, s_tensor, s_vid):
         """Reject overlapping writes, reads of written data, and writes to constants."""
