@@ -28,7 +28,7 @@ class TileMemory:
         order = np.lexsort((np.arange(tiles.size), categories, tiles))
         self.tile, self.size = tiles[order], sizes[order]
         self.category, self.owner = categories[order], owners[order]
-        aligned = -(-self.size // alignment) * alignment
+        self.aligned = aligned = -(-self.size // alignment) * alignment
         ends = np.cumsum(aligned)
         starts = ends - aligned
         first = np.searchsorted(self.tile, self.tile, side="left")  # first allocation of the tile
@@ -47,9 +47,9 @@ class TileMemory:
                  self.owner_names[self.owner[i]]) for i in range(lo, hi)]
 
     def largest_on(self, tile: int, n: int = 5) -> list[tuple[str, int]]:
-        """The n owners using the most bytes on a tile."""
+        """The n owners using the most bytes on a tile (aligned, as they count against it)."""
         lo, hi = np.searchsorted(self.tile, [tile, tile + 1])
-        per_owner = np.bincount(self.owner[lo:hi], weights=self.size[lo:hi],
+        per_owner = np.bincount(self.owner[lo:hi], weights=self.aligned[lo:hi],
                                 minlength=len(self.owner_names))
         top = np.argsort(-per_owner, kind="stable")[:n]
         return [(self.owner_names[i], int(per_owner[i])) for i in top if per_owner[i] > 0]
