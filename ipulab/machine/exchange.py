@@ -1,6 +1,8 @@
 """Compiled copy plans: element moves merged into contiguous runs, run by one numba call."""
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from .cost import exchange_cost
@@ -51,8 +53,13 @@ class CopyPlan:
         self.staged = intervals_overlap(self.src_start, self.length, self.dst_start, self.length)
         if self.staged:
             self._tmp_start = np.cumsum(self.length) - self.length
-        self.cycles = exchange_cost(target, self.src_tile, self.dst_tile, self.bytes,
-                                    self.src_start)
+        self._target = target
+
+    @cached_property
+    def cycles(self) -> dict:
+        """Per-tile cycles of this copy alone (a compiler costs whole phases of plans at once)."""
+        return exchange_cost(self._target, self.src_tile, self.dst_tile, self.bytes,
+                             self.src_start)
 
     def run(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> None:
         if self.num_elements == 0:

@@ -1,6 +1,8 @@
 """The machine's numba kernels, kept apart from the code that plans their work."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -46,3 +48,23 @@ def deal_to_workers(tiles, estimates, multi, num_workers, busiest, busy_sum):
             busy_sum[t] += e
     if current >= 0:
         busiest[current] = loads.max()
+
+
+@njit(cache=True, nogil=True)
+def to_half(x):
+    """x rounded to the nearest half-precision value (ties to even), as a float32.
+
+    numba has no float16 on the CPU, so HALF data lives in float32 and every store is rounded
+    with this: the quantum of x's binade is a power of two, so a / q and r * q are exact.
+    """
+    a = abs(float(x))
+    if not a < 65520.0:               # NaN, infinity, or rounds up past the largest half
+        if a != a:
+            return np.float32(x)
+        return np.float32(math.copysign(math.inf, x))
+    if a < 6.103515625e-05:           # below the smallest normal half: quantum 2**-24
+        q = 5.9604644775390625e-08
+    else:
+        e = math.frexp(a)[1]          # a in [2**(e-1), 2**e); 10 mantissa bits
+        q = math.ldexp(1.0, e - 11)
+    return np.float32(math.copysign(np.rint(a / q) * q, x))

@@ -17,6 +17,7 @@ import numpy as np
 from numba.typed import List
 
 from ..errors import CodeletError
+from ..machine.kernels import to_half
 
 MODES = ("compiled", "checked", "python")
 _computes: dict = {}
@@ -29,7 +30,7 @@ def _i64_range(*args):
 
 
 _PY_HELPERS = {"_ipl_f64": np.float64, "_ipl_i64": np.int64, "_ipl_range": _i64_range,
-               "_ipl_len": lambda x: np.int64(len(x))}
+               "_ipl_len": lambda x: np.int64(len(x)), "_ipl_half": to_half}
 
 
 class _NumbaLiterals(ast.NodeTransformer):
@@ -51,8 +52,43 @@ class _NumbaLiterals(ast.NodeTransformer):
         return node
 
 
-def _python_compute(fn):
-    """The compute function re-compiled with numba's literal typing; same file and lines."""
+class _HalfStores(ast.NodeTransformer):
+    """Round every store into a HALF field: `out[i] = v` -> `out[i] = _ipl_half(v)`, and
+    `out[i] += v` -> `out[i] = _ipl_half(out[i] + v)`, so HALF data is rounded on every write."""
+
+    def __init__(self, names: set):
+        self.names = names
+
+    def _is_half(self, target) -> bool:
+        if not isinstance(target, ast.Subscript):
+            return False
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        return isinstance(target, ast.Name) and target.id in self.names
+
+    @staticmethod
+    def _half(value):
+        return ast.Call(ast.Name("_ipl_half", ast.Load()), [value], [])
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if any(self._is_half(t) for t in node.targets):
+            node.value = self._half(node.value)
+        return node
+
+    def visit_AugAssign(self, node):
+        self.generic_visit(node)
+        if not self._is_half(node.target):
+            return node
+        load = ast.parse(ast.unparse(node.target), mode="eval").body
+        value = self._half(ast.BinOp(load, node.op, node.value))
+        return ast.copy_location(ast.Assign([node.target], value), node)
+
+
+def _rewrite(fn, literals: bool, half_fields: set):
+    """fn re-compiled from its source with the given rewrites; same file and line numbers."""
+    if not literals and not half_fields:
+        return fn
     try:
         lines, first = inspect.getsourcelines(fn)
         filename = inspect.getsourcefile(fn) or inspect.getfile(fn)
@@ -62,7 +98,11 @@ def _python_compute(fn):
         return fn
     tree = ast.parse(textwrap.dedent("".join(lines)))
     tree.body[0].decorator_list = []
-    tree = ast.fix_missing_locations(_NumbaLiterals().visit(tree))
+    if half_fields:
+        tree = _HalfStores(half_fields).visit(tree)
+    if literals:
+        tree = _NumbaLiterals().visit(tree)
+    tree = ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, first - 1)
     ns = dict(fn.__globals__, **_PY_HELPERS)
     exec(compile(tree, filename, "exec"), ns)
@@ -98,12 +138,12 @@ def _driver_source(kinds: tuple, multi: bool, workers: int) -> str:
 def _compute_for(cls, mode: str):
     key = (cls, mode)
     if key not in _computes:
-        fn = cls.compute
-        if mode == "python":
-            _computes[key] = _python_compute(fn)
-        else:
-            _computes[key] = numba.njit(boundscheck=mode == "checked", error_model="numpy",
-                                        fastmath=cls.fastmath)(fn)
+        half = {f.attr for f in cls.fields if f.writes and f.dtype.rounds_to_half}
+        fn = _rewrite(cls.compute, mode == "python", half)
+        if mode != "python":
+            fn = numba.njit(boundscheck=mode == "checked", error_model="numpy",
+                            fastmath=cls.fastmath)(fn)
+        _computes[key] = fn
     return _computes[key]
 
 

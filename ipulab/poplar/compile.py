@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import GraphError, ProgramError
 from ..machine import bsp
-from ..machine.cost import compute_cost, default_vertex_estimate
+from ..machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ..machine.exchange import CopyPlan
 from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
@@ -27,9 +27,6 @@ def first_duplicate(ids: np.ndarray):
     counts = np.bincount(ids - lo)
     over = np.flatnonzero(counts > 1)
     return lo + int(over[0]) if over.size else None
-
-
-_PHASES_OF_PLAN = (("exchange", "exchange"), ("inter_ipu_exchange", "inter_ipu_exchange"))
 
 
 class Compiled:
@@ -84,19 +81,24 @@ class Compiler:
         self.out.steps.append(step)
         return step.index
 
-    def _plan_phases(self, step: bsp.Step, plans: list[CopyPlan]) -> np.ndarray:
-        """Add a sync and the exchange phases of plans to step; return on-tile copy cycles."""
-        on_tile = np.zeros(self.T, np.int64)
-        phases = {k: np.zeros(self.T, np.int64) for k, _ in _PHASES_OF_PLAN}
-        for p in plans:
-            for k, _ in _PHASES_OF_PLAN:
-                phases[k] += p.cycles[k]
-            on_tile += p.cycles["on_tile_copy"]
-        crosses = phases["inter_ipu_exchange"].any()
+    def _plan_phases(self, step: bsp.Step, plans: list) -> np.ndarray:
+        """Add a sync and ONE exchange phase moving all (plan, arena key) pairs; return the
+        on-tile copy cycles, which the compute phase pays."""
+        if plans:
+            keys = sorted({k for _, k in plans})
+            # addresses of different arenas must not look alike to the multicast rule
+            start = np.concatenate([p.src_start + (keys.index(k) << 40) for p, k in plans])
+            cyc = exchange_cost(self.target, np.concatenate([p.src_tile for p, _ in plans]),
+                                np.concatenate([p.dst_tile for p, _ in plans]),
+                                np.concatenate([p.bytes for p, _ in plans]), start)
+        else:
+            cyc = {k: np.zeros(self.T, np.int64) for k in ("exchange", "inter_ipu_exchange",
+                                                           "on_tile_copy")}
+        crosses = cyc["inter_ipu_exchange"].any()
         step.add("sync", self.target.sync_cycles("external" if crosses else "internal"))
-        for k, _ in _PHASES_OF_PLAN:
-            step.add(k, phases[k])
-        return on_tile
+        step.add("exchange", cyc["exchange"])
+        step.add("inter_ipu_exchange", cyc["inter_ipu_exchange"])
+        return cyc["on_tile_copy"]
 
     def _traffic(self, index: int, plans: list[CopyPlan]) -> None:
         parts = [p.traffic() for p in plans]
@@ -184,14 +186,14 @@ class Compiler:
         self._vertex_state(vids, s_vid, s_field)
 
         # 3. cost
-        on_tile_pre = self._plan_phases(step, [p for p, _ in pre])
+        on_tile_pre = self._plan_phases(step, pre)
         tiles = v_tile[vids]
         multi = np.fromiter((st.v_codelet[v].multi for v in vids.tolist()), bool, len(vids))
         cycles, excl = compute_cost(self.target, tiles, estimates, multi)
         step.add("compute", cycles + on_tile_pre)
         excluding_idle = excl + on_tile_pre
         if post:
-            on_tile_post = self._plan_phases(step, [p for p, _ in post])
+            on_tile_post = self._plan_phases(step, post)
             step.add("compute", on_tile_post)
             excluding_idle = excluding_idle + on_tile_post
         step.compute_excluding_idle = excluding_idle
@@ -400,7 +402,7 @@ class Compiler:
         plan = CopyPlan(self.target, s, d, self.tile_of[key][s], self.tile_of[key][d],
                         src.dtype.size)
         step = bsp.Step("copy", p.name, self.T)
-        on_tile = self._plan_phases(step, [plan])
+        on_tile = self._plan_phases(step, [(plan, key)])
         step.add("compute", on_tile)
         step.compute_excluding_idle = on_tile
         step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
@@ -493,9 +495,9 @@ class Compiler:
         raise ProgramError(f"not a program: {p!r}")
 
     def _check_program_graph(self, p) -> None:
-        for t in _tensors_of(p):
-            if t._graph is not self.st:
-                raise ProgramError(f"program uses tensor '{t.name}' of another graph")
+        for x in _parts_of(p):
+            if getattr(x, "graph", getattr(x, "_graph", None)) is not self.st:
+                raise ProgramError(f"program uses {type(x).__name__} '{x.name}' of another graph")
 
     # --- memory -------------------------------------------------------------------------------
     def layout_memory(self) -> TileMemory:
@@ -532,12 +534,15 @@ class Compiler:
                           cat_(sizes), cat_(cats), cat_(owners), names)
 
 
-def _tensors_of(p):
+def _parts_of(p):
+    """Every tensor, stream and compute set a program tree uses."""
     if isinstance(p, prog.Sequence):
         for c in p.programs:
-            yield from _tensors_of(c)
+            yield from _parts_of(c)
     elif isinstance(p, prog.Copy):
-        yield from (x for x in (p.src, p.dst) if isinstance(x, Tensor))
+        yield from (p.src, p.dst)
+    elif isinstance(p, prog.Execute):
+        yield p.cs
     elif isinstance(p, prog.PrintTensor):
         yield p.tensor
     elif isinstance(p, (prog.If, prog.RepeatWhileTrue)):
@@ -545,9 +550,9 @@ def _tensors_of(p):
         for c in (getattr(p, "then", None), getattr(p, "else_", None), getattr(p, "cond", None),
                   getattr(p, "body", None)):
             if c is not None:
-                yield from _tensors_of(c)
+                yield from _parts_of(c)
     elif isinstance(p, prog.Repeat):
-        yield from _tensors_of(p.body)
+        yield from _parts_of(p.body)
 
 
 def compile_graph(state: GraphState, programs: list, mode: str) -> Compiled:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import types as pytypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,7 @@ class ComputeSet:
 
     id: int
     name: str
+    graph: object = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class DataStream:
     dtype: Type
     num_elements: int
     direction: str
+    graph: object = field(default=None, repr=False, compare=False)
 
 
 class VertexRef:
@@ -202,8 +204,11 @@ class Graph:
         """A constant initialised from values (a scalar is broadcast to the whole shape)."""
         dtype = as_type(dtype)
         shape = tuple(shape) if isinstance(shape, (list, tuple)) else (int(shape),)
+        values = np.asarray(values)
+        if values.size == int(np.prod(shape)) and values.shape != shape:
+            values = values.reshape(shape)     # Poplar takes the values in flattened order
         try:
-            arr = np.broadcast_to(np.asarray(values), shape).astype(dtype.host)
+            arr = np.broadcast_to(values, shape).astype(dtype.host)
         except ValueError:
             raise GraphError(f"constant '{name}': {np.size(values)} values do not fit shape "
                              f"{list(shape)}") from None
@@ -238,14 +243,18 @@ class Graph:
         tile_of[target.ids.ravel()] = self._tile(tile)
 
     def _set_mapping_list(self, tensor: Tensor, mapping) -> None:
+        """Apply a per-tile list of intervals; checked in full first, so a bad one changes nothing."""
         flat = tensor.ids.ravel()
-        tile_of = self._state.arena(tensor.dtype).tile_of
+        moves = []
         for tile, intervals in enumerate(mapping):
             for b, e in intervals:
                 if not 0 <= b <= e <= flat.size:
                     raise GraphError(f"tensor '{tensor.name}': interval [{b}, {e}) outside its "
                                      f"{flat.size} elements")
-                tile_of[flat[b:e]] = self._tile(tile)
+                moves.append((flat[b:e], self._tile(tile)))
+        tile_of = self._state.arena(tensor.dtype).tile_of
+        for ids, tile in moves:
+            tile_of[ids] = tile
 
     def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
         """For each tile, the [begin, end) intervals of the tensor's flattened elements there."""
@@ -280,7 +289,8 @@ class Graph:
             self._state.codelet_params[cls] = params
 
     def add_compute_set(self, name: str = "") -> ComputeSet:
-        cs = ComputeSet(len(self._state.compute_sets), name or f"cs{len(self._state.compute_sets)}")
+        n = len(self._state.compute_sets)
+        cs = ComputeSet(n, name or f"cs{n}", self._state)
         self._state.compute_sets.append(cs)
         return cs
 
@@ -288,8 +298,7 @@ class Graph:
                    tile: int | None = None) -> VertexRef:
         """A vertex of a codelet (name or class) in a compute set, optionally connected and mapped."""
         st = self._state
-        if not isinstance(cs, ComputeSet) or cs.id >= len(st.compute_sets) or \
-                st.compute_sets[cs.id] is not cs:
+        if not isinstance(cs, ComputeSet) or cs.graph is not st:
             raise GraphError(f"{cs!r} is not a compute set of this graph")
         if isinstance(codelet, str):
             if codelet not in st.codelets:
@@ -366,7 +375,7 @@ class Graph:
         self._new_handle(name)
         if num_elements < 1:
             raise GraphError(f"stream {name!r} needs at least one element per copy")
-        s = DataStream(name, as_type(dtype), int(num_elements), direction)
+        s = DataStream(name, as_type(dtype), int(num_elements), direction, self._state)
         self._state.streams[name] = s
         return s
 

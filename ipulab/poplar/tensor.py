@@ -73,10 +73,11 @@ class Tensor:
     def _view(self, ids: np.ndarray, name: str) -> "Tensor":
         return Tensor(self._graph, ids, self._dtype, name)
 
-    def _dim(self, dim: int) -> int:
-        if not -self.rank <= dim < max(self.rank, 1):
+    def _dim(self, dim: int, rank: int | None = None) -> int:
+        rank = self.rank if rank is None else rank
+        if not -rank <= dim < rank:
             raise GraphError(f"tensor '{self._name}' of rank {self.rank} has no dimension {dim}")
-        return dim % max(self.rank, 1)
+        return dim % rank
 
     # --- views -----------------------------------------------------------------------------
     def __getitem__(self, key) -> "Tensor":
@@ -152,7 +153,7 @@ class Tensor:
         """Insert singleton dimensions at the given positions."""
         ids = self._ids
         for d in sorted(dims):
-            ids = np.expand_dims(ids, d)
+            ids = np.expand_dims(ids, self._dim(d, ids.ndim + 1))
         return self._view(ids, f"{self._name}.expand({list(dims)})")
 
     def squeeze(self, dims=None) -> "Tensor":
