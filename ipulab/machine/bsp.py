@@ -24,6 +24,8 @@ class Step:
     action: object = None   # callable(state) or None
     phases: list = field(default_factory=list)   # [(phase kind, per-tile cycles)]
     compute_excluding_idle: np.ndarray | None = None
+    temporary_bytes: np.ndarray | None = None   # per tile: memory live only during this step
+    vertex_cycles: dict = field(default_factory=dict)   # codelet -> (vertices, summed estimates)
 
     def add(self, kind: str, cycles) -> None:
         """Append a phase; a scalar means every tile spends that long (a barrier or a sync)."""

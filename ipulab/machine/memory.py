@@ -54,6 +54,20 @@ class TileMemory:
         top = np.argsort(-per_owner, kind="stable")[:n]
         return [(self.owner_names[i], int(per_owner[i])) for i in top if per_owner[i] > 0]
 
+    def largest_owner(self) -> tuple[list[str], np.ndarray]:
+        """Per tile: the owner using the most bytes there ('' on an empty tile), and its bytes."""
+        key = self.tile * (len(self.owner_names) + 1) + self.owner
+        pairs, inverse = np.unique(key, return_inverse=True)
+        per_pair = np.bincount(inverse, weights=self.aligned).astype(np.int64)
+        tiles, owners = divmod(pairs, len(self.owner_names) + 1)
+        order = np.lexsort((-per_pair, tiles))
+        first = order[np.r_[True, tiles[order][1:] != tiles[order][:-1]]] if order.size else order
+        names, nbytes = [""] * self.num_tiles, np.zeros(self.num_tiles, np.int64)
+        for i in first.tolist():
+            names[tiles[i]] = self.owner_names[owners[i]]
+            nbytes[tiles[i]] = per_pair[i]
+        return names, nbytes
+
     def check(self) -> None:
         """Raise TileMemoryError for the tile that is most over its budget, if any."""
         over = self.total - self.bytes_per_tile

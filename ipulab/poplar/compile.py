@@ -16,6 +16,7 @@ from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
 from .graph import DataStream, GraphState
+from .summary import GraphSummary
 from .tensor import Tensor
 from .types import round_half
 
@@ -165,6 +166,7 @@ class Compiler:
             self._lower_slots(sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid,
                               s_offset, pre, post, half_out, cs_buffers)
         self.buffers = np.maximum(self.buffers, cs_buffers)
+        step.temporary_bytes = cs_buffers
 
         # 2. batches per codelet
         batches, estimates = [], np.zeros(len(vids), np.int64)
@@ -181,8 +183,10 @@ class Compiler:
                                                         s_len)
             self.code_pairs.update((t, cls.__name__) for t in set(v_tile[members].tolist()))
             stats = self.out.vertex_stats.setdefault(cls.__name__, {"count": 0, "cycles": 0})
+            cycles = int(sum(estimates[pos_of[v]] for v in members))
             stats["count"] += len(members)
-            stats["cycles"] += int(sum(estimates[pos_of[v]] for v in members))
+            stats["cycles"] += cycles
+            step.vertex_cycles[cls.__name__] = (len(members), cycles)
         self._vertex_state(vids, s_vid, s_field)
 
         # 3. cost
@@ -565,5 +569,5 @@ def compile_graph(state: GraphState, programs: list, mode: str) -> Compiled:
     c.out.memory = c.layout_memory()
     c.out.memory.check()
     c.out.arena_sizes = dict(c.sizes)
-    c.out.buffer_tiles = c.buffers
+    c.out.graph = GraphSummary(state, c.tile_of)
     return c.out

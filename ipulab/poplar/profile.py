@@ -61,6 +61,9 @@ class Profile:
             self.steps.append(StepRecord(i, step.kind, step.name, start, step.cycles, step.phases))
             start += step.cycles
         self.traffic = compiled.traffic
+        self.graph = compiled.graph
+        self._steps, self._counts = compiled.steps, np.bincount(
+            np.asarray(trace, np.int64), minlength=len(compiled.steps))
 
     @property
     def total_seconds(self) -> float:
@@ -69,6 +72,41 @@ class Profile:
     def seconds(self, cycles):
         """Cycles (a number or a per-tile array) in seconds at the target's clock."""
         return np.asarray(cycles) / self.clock_hz
+
+    def codelet_cycles(self) -> dict[str, dict]:
+        """Over the run: codelet -> vertex executions and summed cycle estimates."""
+        out: dict[str, dict] = {}
+        for i in np.flatnonzero(self._counts):
+            for name, (n, cycles) in self._steps[i].vertex_cycles.items():
+                d = out.setdefault(name, {"vertices": 0, "cycles": 0})
+                d["vertices"] += int(self._counts[i]) * n
+                d["cycles"] += int(self._counts[i]) * cycles
+        return out
+
+    def exchange_traffic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over the run: (src_tile, dst_tile, bytes) for every pair of tiles that exchanged data."""
+        parts = [(s, d, b * self._counts[i]) for i, (s, d, b) in self.traffic.items()
+                 if self._counts[i]]
+        if not parts:
+            return (np.zeros(0, np.int64),) * 3
+        s, d, b = (np.concatenate(x) for x in zip(*parts))
+        pairs, inverse = np.unique(s * self.num_tiles + d, return_inverse=True)
+        return pairs // self.num_tiles, pairs % self.num_tiles, np.bincount(
+            inverse, weights=b).astype(np.int64)
+
+    def liveness(self) -> dict[str, np.ndarray]:
+        """Memory in use at each executed step: always-live bytes (code, constants, variables,
+        vertex state) plus the exchange buffers live only during that step; totals over tiles
+        and the fullest tile."""
+        always = self.memory_total - self.memory["exchange_buffers"]
+        total, peak = [], []
+        for rec in self.steps:
+            temp = self._steps[rec.index].temporary_bytes
+            tile_bytes = always if temp is None else always + temp
+            total.append(int(tile_bytes.sum()))
+            peak.append(int(tile_bytes.max()) if tile_bytes.size else 0)
+        return {"always_live": np.full(len(self.steps), int(always.sum())),
+                "total": np.asarray(total, np.int64), "peak_tile": np.asarray(peak, np.int64)}
 
     def phase_totals(self) -> dict[str, int]:
         """BSP time spent in each phase kind: the sum over steps of the slowest tile's cycles."""
