@@ -2,24 +2,18 @@
 
 Devices are immutable, so they are session-scoped (hypothesis tests may use them too).
 """
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 import ipulab
 from ipulab import poplar
 
+from helpers import MODES
+
 settings.register_profile(
     "ipulab", max_examples=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile("ipulab")
-
-# The three ways an Engine runs codelets (DESIGN section 4): they must agree bit for bit.
-MODES = {
-    "compiled": {},
-    "checked": {"debug.checkedCodelets": "true"},
-    "python": {"debug.codeletMode": "python"},
-}
 
 
 @pytest.fixture(scope="session")
@@ -60,17 +54,3 @@ def g16(dev16):
 def mode(request):
     """(name, engine options) for each codelet mode."""
     return request.param, MODES[request.param]
-
-
-def run_engine(graph, programs, device, options=None, program=0):
-    """Compile, load and run one program; return the engine."""
-    e = poplar.Engine(graph, programs, options or {})
-    e.load(device)
-    e.run(program)
-    return e
-
-
-def bits(a):
-    """The raw bits of a float array, for bit-for-bit comparisons (NaN-safe, -0.0 != 0.0)."""
-    a = np.ascontiguousarray(a)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])

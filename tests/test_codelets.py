@@ -2,7 +2,7 @@
 the three codelet modes (compiled, checked, python) agreeing bit for bit."""
 import numpy as np
 from codelets import Dot, SumVertex
-from conftest import MODES, bits, run_engine
+from helpers import MODES, bits, run_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

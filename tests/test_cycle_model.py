@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_engine
+from helpers import run_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

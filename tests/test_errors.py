@@ -3,7 +3,7 @@ leaves the graph or engine usable (DESIGN section 6)."""
 import numpy as np
 import pytest
 from codelets import SumVertex
-from conftest import run_engine
+from helpers import run_engine
 
 import ipulab
 from ipulab import poplar, poputil

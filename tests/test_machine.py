@@ -1,7 +1,7 @@
 """The machine layer on its own: copy plans, tile memory layout, compute and exchange cost."""
 import numpy as np
 import pytest
-from conftest import run_engine
+from helpers import run_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

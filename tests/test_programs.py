@@ -1,7 +1,7 @@
 """Programs: Poplar's tutorial 1, copies, host handles, FIFOs, control flow, PrintTensor."""
 import numpy as np
 import pytest
-from conftest import run_engine
+from helpers import run_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -22,6 +22,18 @@ class Type:
     def __repr__(self) -> str:
         return self.name
 
+    def __eq__(self, other) -> bool:
+        """FLOAT == FLOAT, and also FLOAT == np.float32 or "FLOAT" (one type, three spellings)."""
+        if isinstance(other, Type):
+            return other.name == self.name
+        try:
+            return as_type(other).name == self.name
+        except GraphError:
+            return False
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
     def __reduce__(self):
         return (as_type, (self.name,))
 
