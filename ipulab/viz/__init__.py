@@ -1,0 +1,24 @@
+"""Bokeh figures of a run (DESIGN section 8): pure functions, Profile in, bokeh model out.
+
+    from ipulab import viz
+    viz.setup()                              # once per notebook: bokeh from INLINE resources
+    show(viz.tile_memory_heatmap(profile))   # memory of every tile on the IPU floor plan
+    show(viz.bsp_trace(profile))             # supersteps: sync, exchange, compute over time
+    show(viz.exchange_matrix(profile))       # bytes between tile blocks and between IPUs
+    show(viz.liveness(profile))              # bytes in use after each executed step
+    show(viz.codelet_summary(profile))       # cycles by codelet
+    show(viz.linked(profile))                # heatmap + trace with linked selection
+
+viz reads Profile objects only (never ipulab.machine). Every figure draws a bounded number of
+glyphs: tiles are grouped (layout.tile_groups) where one glyph per tile would be too many.
+"""
+from .codelets import codelet_summary
+from .exchange import exchange_matrix
+from .heatmap import tile_memory_heatmap
+from .linked import linked
+from .liveness import liveness
+from .notebook import setup
+from .trace import bsp_trace
+
+__all__ = ["setup", "tile_memory_heatmap", "bsp_trace", "exchange_matrix", "liveness",
+           "codelet_summary", "linked"]

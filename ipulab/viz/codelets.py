@@ -1,0 +1,55 @@
+"""codelet_summary: which codelets the run spent its vertex cycles on."""
+from __future__ import annotations
+
+import numpy as np
+from bokeh.models import ColumnDataSource, NumeralTickFormatter
+
+from .base import figure, hover, note
+from .palette import OTHER, SERIES
+
+MAX_BARS = 30
+
+
+def codelet_data(profile, max_bars: int = MAX_BARS) -> dict[str, np.ndarray]:
+    """One bar per codelet, most cycles first; beyond max_bars the rest share an 'other' bar."""
+    stats = profile.codelet_cycles()
+    names = sorted(stats, key=lambda k: (-stats[k]["cycles"], k))
+    cycles = np.asarray([stats[k]["cycles"] for k in names], np.int64)
+    vertices = np.asarray([stats[k]["vertices"] for k in names], np.int64)
+    color = np.asarray([SERIES[i % len(SERIES)] for i in range(len(names))], object)
+    if len(names) > max_bars:
+        keep = max_bars - 1
+        names = names[:keep] + [f"other ({len(names) - keep} codelets)"]
+        cycles = np.append(cycles[:keep], cycles[keep:].sum())
+        vertices = np.append(vertices[:keep], vertices[keep:].sum())
+        color = np.append(color[:keep], OTHER)
+    total = max(int(cycles.sum()), 1)
+    return {"codelet": np.asarray(names, object), "cycles": cycles, "vertices": vertices,
+            "share": cycles / total, "per_vertex": cycles / np.maximum(vertices, 1),
+            "color": color}
+
+
+def codelet_summary(profile, *, max_bars: int = MAX_BARS, width: int = 700):
+    """Horizontal bars: summed cycle estimates of each codelet's vertex executions over the run
+    (profile.codelet_cycles()), the largest on top."""
+    data = codelet_data(profile, max_bars)
+    n = data["codelet"].size
+    title = "Cycles by codelet over the run"
+    detail = (f"{int(data['cycles'].sum()):,} vertex cycles in all, from "
+              f"{int(data['vertices'].sum()):,} vertex executions")
+    fig = figure(title, "cycles (sum of vertex estimates, worker-issue cycles)", "codelet",
+                 subtitle=detail,
+                 y_range=list(data["codelet"][::-1]), frame_width=width,
+                 frame_height=int(np.clip(28 * n, 160, 700)))
+    source = ColumnDataSource(data, name="codelets")
+    bars = fig.hbar(y="codelet", right="cycles", left=0, height=0.7, source=source,
+                    name="codelets", fill_color="color", line_color=None)
+    fig.xaxis.formatter = NumeralTickFormatter(format="0,0")
+    fig.ygrid.visible = False
+    fig.x_range.start = 0
+    if not n:
+        note(fig, "no codelets ran")
+    hover(fig, [bars], [("codelet", "@codelet"), ("cycles", "@cycles{0,0} (@share{0.0%})"),
+                        ("vertices run", "@vertices{0,0}"),
+                        ("cycles per vertex", "@per_vertex{0,0.0}")])
+    return fig
