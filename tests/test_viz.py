@@ -454,3 +454,10 @@ def test_viz_never_imports_the_machine():
                 assert node.level <= 1 and "machine" not in (node.module or ""), path.name
             elif isinstance(node, ast.Import):
                 assert not any("ipulab" in a.name for a in node.names), path.name
+
+
+def test_palette_covers_every_phase_and_memory_category():
+    from ipulab.poplar.profile import MEMORY_CATEGORIES, PHASES
+    from ipulab.viz.palette import CATEGORY_COLORS, PHASE_COLORS
+    assert set(PHASE_COLORS) == set(PHASES)
+    assert set(CATEGORY_COLORS) == set(MEMORY_CATEGORIES) | {"empty"}

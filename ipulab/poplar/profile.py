@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..machine.bsp import PHASES, summarize
+from ..machine.memory import CATEGORIES as MEMORY_CATEGORIES
+
+__all__ = ["MEMORY_CATEGORIES", "PHASES", "Profile", "StepRecord"]
 
 _PER_TILE = {
     "compute_cycles": "compute",

@@ -16,6 +16,11 @@ class GraphSummary:
         self._conns = [dict(c) for c in state.v_conns]
         self._variables = {v.name: v for v in state.variables}
         self._tile_of = tile_of
+        by_arena: dict[str, list] = {}
+        for v in state.variables:
+            by_arena.setdefault(v.dtype.storage.name, []).append((v.offset, v.name))
+        self._starts = {k: (np.array([o for o, _ in vs], np.int64), [n for _, n in vs])
+                        for k, vs in by_arena.items()}
 
     @property
     def num_vertices(self) -> int:
@@ -33,13 +38,19 @@ class GraphSummary:
     def vertices_on(self, tile: int) -> np.ndarray:
         return np.flatnonzero(self.vertex_tile == tile)
 
-    def connections(self, vertex: int) -> dict[str, list[tuple[str, int]]]:
-        """field -> [(tensor name, elements)] (a VectorList field has several tensors)."""
+    def connections(self, vertex: int) -> dict[str, list[tuple[str, int, list[str]]]]:
+        """field -> [(tensor name, elements, variables it views)]; a VectorList field has
+        several tensors. Variables are found by element address, not by parsing names."""
         out = {}
         for field, t in self._conns[vertex].items():
             parts = t if isinstance(t, list) else [t]
-            out[field] = [(p.name, p.num_elements()) for p in parts]
+            out[field] = [(p.name, p.num_elements(), self._variables_of(p)) for p in parts]
         return out
+
+    def _variables_of(self, tensor) -> list[str]:
+        starts, names = self._starts[tensor.dtype.storage.name]
+        idx = np.unique(np.searchsorted(starts, np.unique(tensor.ids), side="right") - 1)
+        return [names[i] for i in idx.tolist()]
 
     def variable_tiles(self, name: str) -> dict[int, int]:
         """tile -> number of the variable's elements mapped there."""

@@ -1,0 +1,13 @@
+"""ipywidgets apps over a run's Profile, composing the ipulab.viz figures (via jupyter_bokeh).
+
+Each takes an Engine that has run (or a Profile) and shows its most recent run:
+TileExplorer (one tile's memory, vertices and exchange partners), BSPPlayer (step through the
+supersteps), GraphInspector (compute sets -> vertices -> tensors -> tiles) and ProfileDashboard
+(all of them in tabs).
+"""
+from .bsp_player import BSPPlayer
+from .dashboard import ProfileDashboard
+from .graph_inspector import GraphInspector
+from .tile_explorer import TileExplorer
+
+__all__ = ["TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard"]
