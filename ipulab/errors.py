@@ -15,6 +15,7 @@ class TileMemoryError(IpuLabError):
 
     def __init__(self, tile: int, needed: int, available: int, largest: list[tuple[str, int]]):
         self.tile, self.needed, self.available, self.largest = tile, needed, available, largest
+        self.profile = None   # set by the compiler: a memory-only Profile, to see the overflow
         top = ", ".join(f"{name} ({nbytes:,} B)" for name, nbytes in largest[:5])
         super().__init__(
             f"Out of memory on tile {tile}: needs {needed:,} bytes but only {available:,} are "

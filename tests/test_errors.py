@@ -629,3 +629,21 @@ def test_execute_of_a_compute_set_of_another_graph(g4, dev4):
     with pytest.raises((ProgramError, GraphError), match="theirs"):
         e = run_engine(g4, prog.Execute(theirs), dev4)
         assert e.read_tensor("x").tolist() == [0], "ran this graph's compute set 0 instead"
+
+
+def test_tile_overflow_carries_a_memory_profile_to_look_at(dev4):
+    from bokeh.models import GlyphRenderer
+
+    from ipulab import viz
+    g = poplar.Graph(dev4.target)
+    big = g.add_variable(poplar.FLOAT, [170_000], "big")
+    g.set_tile_mapping(big, 2)
+    with pytest.raises(TileMemoryError) as ei:
+        poplar.Engine(g, prog.Sequence())
+    profile = ei.value.profile
+    assert profile.steps == [] and profile.memory_total[2] == 680_000
+    data = viz.tile_memory_heatmap(profile).select_one(GlyphRenderer).data_source.data
+    assert list(data["over_budget"]) == [False, False, True, False]
+    # and the graph is still usable: spread it out and it compiles
+    poputil.map_tensor_linearly(g, big)
+    poplar.Engine(g, prog.Sequence())

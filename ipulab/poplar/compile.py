@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError, ProgramError
+from ..errors import GraphError, ProgramError, TileMemoryError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ..machine.exchange import CopyPlan
@@ -16,6 +16,7 @@ from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
 from .graph import DataStream, GraphState
+from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
 from .types import round_half
@@ -567,7 +568,11 @@ def compile_graph(state: GraphState, programs: list, mode: str) -> Compiled:
         c._check_program_graph(p)
     c.out.roots = [c.lower(p) for p in programs]
     c.out.memory = c.layout_memory()
-    c.out.memory.check()
     c.out.arena_sizes = dict(c.sizes)
     c.out.graph = GraphSummary(state, c.tile_of)
+    try:
+        c.out.memory.check()
+    except TileMemoryError as e:
+        e.profile = Profile(state.target, c.out, [])   # memory only: see the overflow
+        raise
     return c.out
