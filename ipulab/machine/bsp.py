@@ -25,6 +25,7 @@ class Step:
     phases: list = field(default_factory=list)   # [(phase kind, per-tile cycles)]
     compute_excluding_idle: np.ndarray | None = None
     temporary_bytes: np.ndarray | None = None   # per tile: memory live only during this step
+    index: int = -1                               # position in the compiled step list
     vertex_cycles: dict = field(default_factory=dict)   # codelet -> (vertices, summed estimates)
 
     def add(self, kind: str, cycles) -> None:
