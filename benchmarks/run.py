@@ -19,4 +19,6 @@ def print_table(title: str, rows: list[tuple]) -> None:
 
 if __name__ == "__main__":
     import foundation
+    import poplibs
     print_table("Foundation (issue 2)", foundation.main())
+    print_table("PopLibs (issue 4)", poplibs.main())

@@ -1,0 +1,226 @@
+"""poplin's codelets: the block matrix product that runs on every tile, and the reduction of
+partial sums over the split contraction dimension.
+
+Both are MultiVertex codelets: compute(worker_id, ...) runs on each of the tile's worker
+contexts, and each worker takes its own share of the rows (block product) or elements
+(reduction). Their cycle estimates are in worker-issue cycles, as the cycle model wants
+(tile time = 6 x the busiest worker).
+
+The block product hands each worker's row slab to numba's np.dot on 2-D views, which calls
+BLAS (scipy's, which numba uses for linear algebra). That was measured about 4x faster than
+the best numba loop nest for tile-sized blocks (75 vs 15-27 GFLOP/s for blocks like
+128x45x128 on an AVX-512 laptop core). Results are deterministic run to run, but the summation
+order inside BLAS is its own, so python mode (numpy's BLAS) may differ from compiled mode in
+the last bits, as with a `fastmath` codelet.
+
+[MODEL] The cycle figures: the AMP (accumulating matrix product) unit of a Mk2/Bow tile does
+fp32_flops_per_cycle_per_tile / 2 = 16 fp32 MACs per cycle (64 for fp16). With all six workers
+busy, each issuing every sixth cycle, a worker therefore completes 16 MACs per issue cycle of
+its own. On top come a fixed cost to enter the vertex and set up the AMP (BLOCK_OVERHEAD) and a
+per-row cost to load the row's pointers and drain the accumulators (ROW_OVERHEAD). Reductions
+add two floats per cycle per worker (f32v2add) after loading each partial.
+"""
+from __future__ import annotations
+
+from math import isqrt
+
+import numpy as np
+from numba import njit
+
+from ..poplar import FLOAT, HALF, INT, Input, InOut, MultiVertex, Output, Vector
+from ..poplar.types import as_type
+
+# Every preset has 6 worker contexts (arch.Chip.num_worker_contexts); the codelets split work
+# six ways, and the library refuses a target with another count rather than mis-split.
+WORKERS = 6
+BLOCK_OVERHEAD = 30        # worker cycles: vertex entry, AMP setup, pointer loads
+ROW_OVERHEAD = 6           # worker cycles per output row: row pointers, accumulator drain
+REDUCE_OVERHEAD = 12       # worker cycles: vertex entry and loop setup
+FLOATS_PER_VECTOR = 2      # f32v2: two floats per add or 64-bit load
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def block_dims(a: int, b: int, c: int) -> tuple[int, int, int]:
+    """(m, k, n) of a block product from the sizes of a (m*k), b (k*n) and c (m*n)."""
+    if a == 0 or b == 0:           # k == 0 (or an empty block): c is all there is
+        return 0, 0, 0
+    macs = isqrt(a * b * c)        # (m k n)^2 = a b c, exactly
+    return macs // b, macs // c, macs // a
+
+
+def block_worker_cycles(m, k, n, macs_per_cycle, workers: int = WORKERS):
+    """Busiest worker's cycles for an (m x k) @ (k x n) block split as MatMulBlock splits it.
+
+    Works on numpy arrays as well as ints (the planner evaluates thousands of splits at once).
+    """
+    m, k, n = (np.asarray(x, np.int64) for x in (m, k, n))
+    full = _ceil(m, workers) * (ROW_OVERHEAD + _ceil(k * n, macs_per_cycle))
+    parts = np.maximum(workers // np.maximum(m, 1), 1)    # fewer rows than workers
+    short = ROW_OVERHEAD + _ceil(k * _ceil(n, parts), macs_per_cycle)
+    fill = _ceil(_ceil(m * n, workers), FLOATS_PER_VECTOR)  # k == 0: zero the output
+    body = np.where(m * n == 0, 0, np.where(k == 0, fill, np.where(m >= workers, full, short)))
+    return BLOCK_OVERHEAD + body
+
+
+def reduce_worker_cycles(n_out, num_partials, accumulate=False, workers: int = WORKERS):
+    """Busiest worker's cycles to sum num_partials partials into n_out outputs (arrays too)."""
+    vectors = _ceil(_ceil(np.asarray(n_out, np.int64), workers), FLOATS_PER_VECTOR)
+    return REDUCE_OVERHEAD + vectors * (np.asarray(num_partials) + 1
+                                        + 2 * np.asarray(accumulate, np.int64))
+
+
+def _matmul_block(worker_id, dims, a, b, c):
+    m = np.int64(dims[0])
+    k = np.int64(dims[1])
+    n = np.int64(dims[2])
+    if m >= 6:
+        r0 = worker_id * m // 6
+        r1 = (worker_id + 1) * m // 6
+        if k == 0:
+            for i in range(r0 * n, r1 * n):
+                c[i] = 0.0
+        elif r1 > r0:
+            np.dot(a[r0 * k:r1 * k].reshape((r1 - r0, k)), b.reshape((k, n)),
+                   c[r0 * n:r1 * n].reshape((r1 - r0, n)))
+        return
+    parts = 6 // m if m > 0 else 1       # a short block: each row's columns split over workers
+    if worker_id >= m * parts:
+        return
+    i = worker_id // parts
+    j0 = (worker_id % parts) * n // parts
+    j1 = (worker_id % parts + 1) * n // parts
+    row = c[i * n + j0:i * n + j1]
+    for j in range(j1 - j0):
+        row[j] = 0.0
+    for kk in range(k):
+        aik = a[i * k + kk]
+        brow = b[kk * n + j0:kk * n + j1]
+        for j in range(j1 - j0):
+            row[j] += aik * brow[j]
+
+
+class MatMulBlock(MultiVertex):
+    """c = a @ b for one block: a (m x k), b (k x n), c (m x n), all row-major, dims = [m, k, n].
+
+    Each worker takes a slab of rows (or, with fewer than six rows, part of a row's columns)
+    and multiplies it with BLAS. c holds float partials, whatever the input type.
+    """
+
+    macs_per_cycle = 16       # fp32 AMP of a Mk2/Bow tile; variants for other chips and types
+    dims = Input(Vector[INT])
+    a = Input(Vector[FLOAT])
+    b = Input(Vector[FLOAT])
+    c = Output(Vector[FLOAT])
+    compute = staticmethod(_matmul_block)
+
+    @classmethod
+    def cycle_estimate(cls, dims, a, b, c):
+        m, k, n = block_dims(a, b, c)
+        if m == 0:                       # k == 0 (or nothing to do): only m*n = c is known
+            m, n = c, 1
+        return int(block_worker_cycles(m, k, n, cls.macs_per_cycle))
+
+
+def _reduce_partials(worker_id, partials, out):
+    n = len(out)
+    if n == 0:
+        return
+    lo = worker_id * n // 6
+    hi = (worker_id + 1) * n // 6
+    o = out[lo:hi]
+    first = partials[lo:hi]
+    for j in range(hi - lo):
+        o[j] = first[j]
+    for q in range(1, len(partials) // n):      # partial by partial: contiguous, vectorised
+        part = partials[q * n + lo:q * n + hi]
+        for j in range(hi - lo):
+            o[j] += part[j]
+
+
+class ReducePartials(MultiVertex):
+    """out = sum over q of partials[q*n:(q+1)*n] (n = len(out)), added in order q = 0, 1, ..."""
+
+    partials = Input(Vector[FLOAT])
+    out = Output(Vector[FLOAT])
+    compute = staticmethod(_reduce_partials)
+
+    @staticmethod
+    def cycle_estimate(partials, out):
+        return int(reduce_worker_cycles(out, partials // out if out else 0))
+
+
+@njit(cache=True)
+def _partial_sum(partials, j, n):
+    """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32."""
+    s = partials[j]
+    for q in range(1, len(partials) // n):
+        s += partials[q * n + j]
+    return s
+
+
+def _reduce_partials_cast(worker_id, partials, out):
+    n = len(out)
+    for j in range(worker_id * n // 6, (worker_id + 1) * n // 6):
+        out[j] = _partial_sum(partials, j, n)       # rounded once, to out's type
+
+
+class ReducePartialsHalf(ReducePartials):
+    """ReducePartials with a HALF output: summed in float32, rounded once."""
+
+    out = Output(Vector[HALF])
+    compute = staticmethod(_reduce_partials_cast)
+
+
+def _reduce_partials_acc(worker_id, alpha, partials, out):
+    n = len(out)
+    for j in range(worker_id * n // 6, (worker_id + 1) * n // 6):
+        out[j] = out[j] + alpha[0] * _partial_sum(partials, j, n)
+
+
+class ReducePartialsAcc(MultiVertex):
+    """out += alpha * (sum of the partials), for mat_mul_acc."""
+
+    alpha = Input(FLOAT)
+    partials = Input(Vector[FLOAT])
+    out = InOut(Vector[FLOAT])
+    compute = staticmethod(_reduce_partials_acc)
+
+    @staticmethod
+    def cycle_estimate(alpha, partials, out):
+        return int(reduce_worker_cycles(out, partials // out if out else 0, accumulate=True))
+
+
+class ReducePartialsAccHalf(ReducePartialsAcc):
+    """ReducePartialsAcc into a HALF tensor (alpha stays FLOAT)."""
+
+    out = InOut(Vector[HALF])
+
+
+_variants: dict = {}
+
+
+def matmul_block_codelet(dtype, macs_per_cycle: int) -> type:
+    """The MatMulBlock for an input type and an AMP rate (one class per pair, made once)."""
+    dtype = as_type(dtype)
+    key = (dtype.name, int(macs_per_cycle))
+    if key == ("FLOAT", MatMulBlock.macs_per_cycle):
+        return MatMulBlock
+    if key not in _variants:
+        name = f"MatMulBlock{key[0].title()}{key[1]}"
+        ns = {"__module__": __name__, "__doc__": f"MatMulBlock on {key[0]} inputs at "
+              f"{key[1]} MACs per cycle.", "macs_per_cycle": key[1]}
+        if dtype != FLOAT:
+            ns.update(a=Input(Vector[dtype]), b=Input(Vector[dtype]))
+        _variants[key] = type(name, (MatMulBlock,), ns)
+    return _variants[key]
+
+
+def reduce_codelet(out_dtype, accumulate: bool) -> type:
+    """The reduction codelet writing out_dtype (FLOAT or HALF), plain or accumulating."""
+    half = out_dtype == HALF
+    if accumulate:
+        return ReducePartialsAccHalf if half else ReducePartialsAcc
+    return ReducePartialsHalf if half else ReducePartials
