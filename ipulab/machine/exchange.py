@@ -6,17 +6,7 @@ from functools import cached_property
 import numpy as np
 
 from .cost import exchange_cost
-from .kernels import copy_runs
-
-
-def _runs(src: np.ndarray, dst: np.ndarray, src_tile: np.ndarray, dst_tile: np.ndarray):
-    """Start index of every maximal run that is contiguous in src and dst and stays on one tile."""
-    n = src.size
-    brk = np.ones(n, bool)
-    if n > 1:
-        brk[1:] = ((np.diff(src) != 1) | (np.diff(dst) != 1)
-                   | (src_tile[1:] != src_tile[:-1]) | (dst_tile[1:] != dst_tile[:-1]))
-    return np.flatnonzero(brk)
+from .kernels import copy_runs, element_runs
 
 
 def intervals_overlap(a_start, a_len, b_start, b_len) -> bool:
@@ -40,14 +30,28 @@ class CopyPlan:
 
     def __init__(self, target, src: np.ndarray, dst: np.ndarray, src_tile: np.ndarray,
                  dst_tile: np.ndarray, elem_bytes: int):
+        """From element addresses and tiles (merged into runs here)."""
         src, dst = np.ascontiguousarray(src, np.int64), np.ascontiguousarray(dst, np.int64)
-        starts = _runs(src, dst, src_tile, dst_tile)
-        self.length = np.diff(np.append(starts, src.size)).astype(np.int64)
-        self.src_start, self.dst_start = src[starts], dst[starts]
-        self.src_tile = np.asarray(src_tile, np.int64)[starts]
-        self.dst_tile = np.asarray(dst_tile, np.int64)[starts]
+        src_tile = np.ascontiguousarray(src_tile, np.int64)
+        dst_tile = np.ascontiguousarray(dst_tile, np.int64)
+        starts = element_runs(src, dst, src_tile, dst_tile)
+        length = np.diff(np.append(starts, src.size)).astype(np.int64)
+        self._set_runs(target, src[starts], dst[starts], length, src_tile[starts],
+                       dst_tile[starts], elem_bytes)
+
+    @classmethod
+    def from_runs(cls, target, src_start, dst_start, length, src_tile, dst_tile,
+                  elem_bytes: int) -> "CopyPlan":
+        """From runs already merged (e.g. by kernels.slot_runs), without element arrays."""
+        plan = cls.__new__(cls)
+        plan._set_runs(target, src_start, dst_start, length, src_tile, dst_tile, elem_bytes)
+        return plan
+
+    def _set_runs(self, target, src_start, dst_start, length, src_tile, dst_tile, elem_bytes):
+        self.src_start, self.dst_start, self.length = src_start, dst_start, length
+        self.src_tile, self.dst_tile = src_tile, dst_tile
         self.bytes = self.length * elem_bytes
-        self.num_elements = int(src.size)
+        self.num_elements = int(length.sum())
         # A copy reads everything before it writes anything: stage through a buffer if the
         # destination overlaps the source (e.g. shifting a tensor by one element).
         self.staged = intervals_overlap(self.src_start, self.length, self.dst_start, self.length)

@@ -68,3 +68,73 @@ def to_half(x):
         e = math.frexp(a)[1]          # a in [2**(e-1), 2**e); 10 mantissa bits
         q = math.ldexp(1.0, e - 11)
     return np.float32(math.copysign(np.rint(a / q) * q, x))
+
+
+@njit(cache=True, nogil=True)
+def slots_in_place(ids, starts, lengths, slot_tile, tile_of):
+    """Per slot: True if its elements are contiguous in memory and all on the slot's tile,
+    so a vertex can use them where they are (no exchange buffer)."""
+    out = np.ones(starts.shape[0], np.bool_)
+    for s in range(starts.shape[0]):
+        b = starts[s]
+        for i in range(b, b + lengths[s]):
+            if tile_of[ids[i]] != slot_tile[s] or (i > b and ids[i] != ids[i - 1] + 1):
+                out[s] = False
+                break
+    return out
+
+
+@njit(cache=True, nogil=True)
+def slot_runs(ids, starts, lengths, buffer_start, slot_tile, tile_of, to_buffer):
+    """Copy runs between slots' elements and their buffers: (src, dst, length, src tile,
+    dst tile). A run breaks where the slot's addresses stop being contiguous or change tile."""
+    n = 0
+    for s in range(starts.shape[0]):
+        n += lengths[s]
+    src_start = np.empty(n, np.int64)
+    dst_start = np.empty(n, np.int64)
+    length = np.empty(n, np.int64)
+    src_tile = np.empty(n, np.int64)
+    dst_tile = np.empty(n, np.int64)
+    r = -1
+    for s in range(starts.shape[0]):
+        b = starts[s]
+        for i in range(b, b + lengths[s]):
+            addr, tile, buf = ids[i], tile_of[ids[i]], buffer_start[s] + i - b
+            if r >= 0 and i > b and addr == ids[i - 1] + 1 and tile == tile_of[ids[i - 1]]:
+                length[r] += 1
+                continue
+            r += 1
+            length[r] = 1
+            if to_buffer:
+                src_start[r], dst_start[r], src_tile[r], dst_tile[r] = addr, buf, tile, slot_tile[s]
+            else:
+                src_start[r], dst_start[r], src_tile[r], dst_tile[r] = buf, addr, slot_tile[s], tile
+    r += 1
+    return src_start[:r], dst_start[:r], length[:r], src_tile[:r], dst_tile[:r]
+
+
+@njit(cache=True, nogil=True)
+def element_runs(src, dst, src_tile, dst_tile):
+    """Start index of every maximal run contiguous in src and dst and on one tile pair."""
+    n = src.shape[0]
+    out = np.empty(n, np.int64)
+    r = 0
+    for i in range(n):
+        if (i == 0 or src[i] != src[i - 1] + 1 or dst[i] != dst[i - 1] + 1
+                or src_tile[i] != src_tile[i - 1] or dst_tile[i] != dst_tile[i - 1]):
+            out[r] = i
+            r += 1
+    return out[:r]
+
+
+@njit(cache=True, nogil=True)
+def first_marked(ids, starts, lengths, slots, mark, lo):
+    """(slot, address) of the first element of the given slots with mark[address - lo] set,
+    or (-1, -1): finds an Input that reads what another vertex writes in one pass."""
+    for s in slots:
+        for i in range(starts[s], starts[s] + lengths[s]):
+            j = ids[i] - lo
+            if 0 <= j < mark.shape[0] and mark[j]:
+                return s, ids[i]
+    return -1, -1

@@ -12,6 +12,7 @@ from ..errors import GraphError, ProgramError, TileMemoryError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ..machine.exchange import CopyPlan
+from ..machine.kernels import first_marked, slot_runs, slots_in_place
 from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
@@ -230,32 +231,25 @@ class Compiler:
         key, elem_bytes = dtype.storage.name, dtype.size
         lens = s_len[sel]
         cat = np.concatenate([s_ids[i] for i in sel]) if sel.size else np.zeros(0, np.int64)
-        seg = np.repeat(np.arange(sel.size), lens)
         starts = np.cumsum(lens) - lens
-        elem_tile = self.tile_of[key][cat] if cat.size else np.zeros(0, np.int32)
-        bad = elem_tile != s_tile[sel][seg]
-        if cat.size > 1:
-            step_ok = np.r_[True, np.diff(cat) == 1]
-            step_ok[starts[lens > 0]] = True
-            bad |= ~step_ok
-        direct = np.bincount(seg, weights=bad, minlength=sel.size) == 0
         reads = np.array([fields[i].reads for i in sel], bool)
         writes = np.array([fields[i].writes for i in sel], bool)
-        self._check_hazards(key, sel, cat, seg, reads, writes, s_tensor, s_vid)
-
-        s_offset[sel[direct & (lens > 0)]] = cat[starts[direct & (lens > 0)]]
+        self._check_hazards(key, sel, cat, starts, lens, reads, writes, s_tensor, s_vid)
+        direct = slots_in_place(cat, starts, lens, s_tile[sel], self.tile_of[key])
+        used = direct & (lens > 0)
+        s_offset[sel[used]] = cat[starts[used]]
         need = np.flatnonzero(~direct)
         if need.size:
-            self._buffer_slots(key, elem_bytes, sel, need, s_ids, lens, s_tile, reads, writes,
-                               s_offset, pre, post, cs_buffers)
+            self._buffer_slots(key, elem_bytes, sel, need, s_ids, cat, starts, lens, s_tile,
+                               reads, writes, s_offset, pre, post, cs_buffers)
         # HALF outputs are rounded where the codelet wrote them
         half = np.array([dtype.rounds_to_half and fields[i].writes for i in sel], bool)
         if half.any():
             idx = [np.arange(s_offset[i], s_offset[i] + s_len[i]) for i in sel[half]]
             half_out[key] = np.concatenate(idx + [half_out.get(key, np.zeros(0, np.int64))])
 
-    def _buffer_slots(self, key, elem_bytes, sel, need, s_ids, lens, s_tile, reads, writes,
-                      s_offset, pre, post, cs_buffers):
+    def _buffer_slots(self, key, elem_bytes, sel, need, s_ids, cat, starts, lens, s_tile,
+                      reads, writes, s_offset, pre, post, cs_buffers):
         """Give slots that are remote or scattered a contiguous buffer on the vertex's tile,
         filled by an exchange before the compute phase and sent back after it for outputs.
 
@@ -271,57 +265,55 @@ class Compiler:
                 first_reader[k] = i
             own.append(i)
         need = np.asarray(own, np.int64)
-        n_buf = int(lens[need].sum())
-        base = self._buffer(key, n_buf)
+        base = self._buffer(key, int(lens[need].sum()))
         buf_start = base + np.cumsum(lens[need]) - lens[need]
         s_offset[sel[need]] = buf_start
-        buf_tiles = np.repeat(s_tile[sel][need], lens[need])
-        cs_buffers += np.bincount(buf_tiles, minlength=self.T) * elem_bytes
-        src = np.concatenate([s_ids[sel[i]] for i in need])
-        dst = np.arange(base, base + n_buf, dtype=np.int64)
-        r_mask = np.repeat(reads[need], lens[need])
-        w_mask = np.repeat(writes[need], lens[need])
-        src_tile = self.tile_of[key][src]
-        if r_mask.any():
-            pre.append((CopyPlan(self.target, src[r_mask], dst[r_mask], src_tile[r_mask],
-                                 buf_tiles[r_mask], elem_bytes), key))
-        if w_mask.any():
-            post.append((CopyPlan(self.target, dst[w_mask], src[w_mask], buf_tiles[w_mask],
-                                  src_tile[w_mask], elem_bytes), key))
+        tiles = s_tile[sel]
+        cs_buffers += np.bincount(tiles[need], weights=lens[need] * elem_bytes,
+                                  minlength=self.T).astype(np.int64)
+        for to_buffer, mask, plans in ((True, reads[need], pre), (False, writes[need], post)):
+            pick = need[mask]
+            if pick.size:
+                runs = slot_runs(cat, starts[pick], lens[pick], buf_start[mask], tiles[pick],
+                                 self.tile_of[key], to_buffer)
+                plans.append((CopyPlan.from_runs(self.target, *runs, elem_bytes), key))
         for i, j in aliases:
             s_offset[sel[i]] = s_offset[sel[j]]
 
-    def _check_hazards(self, key, sel, cat, seg, reads, writes, s_tensor, s_vid):
+    def _check_hazards(self, key, sel, cat, starts, lens, reads, writes, s_tensor, s_vid):
         """Reject overlapping writes, reads of written data, and writes to constants."""
-        w_elem = writes[seg]
-        written, w_seg = cat[w_elem], seg[w_elem]
-        if written.size:
-            dup = first_duplicate(written)
-            if dup is not None:
-                a, b = w_seg[np.flatnonzero(written == dup)[:2]]
-                ia, ib = sel[a], sel[b]
-                raise GraphError(
-                    f"write hazard in compute set: {self.st.describe_vertex(int(s_vid[ia]))} "
-                    f"writes tensor '{s_tensor[ia].name}' and "
-                    f"{self.st.describe_vertex(int(s_vid[ib]))} writes tensor "
-                    f"'{s_tensor[ib].name}', and they overlap; vertices of one compute set "
-                    "must write disjoint elements")
-            const = self.is_const[key][written]
-            if const.any():
-                i = sel[w_seg[np.argmax(const)]]
-                raise GraphError(f"{self.st.describe_vertex(int(s_vid[i]))} writes constant "
-                                 f"tensor '{s_tensor[i].name}'; constants are read-only")
-        r_elem = (reads & ~writes)[seg]
-        if written.size and r_elem.any():
-            clash = np.isin(cat[r_elem], written)
-            if clash.any():
-                i = sel[seg[r_elem][np.argmax(clash)]]
-                w = sel[w_seg[np.argmax(np.isin(written, cat[r_elem][clash]))]]
-                raise GraphError(
-                    f"read/write hazard: {self.st.describe_vertex(int(s_vid[i]))} reads "
-                    f"'{s_tensor[i].name}' as an Input while {self.st.describe_vertex(int(s_vid[w]))} "
-                    f"writes it ('{s_tensor[w].name}') in the same compute set; an Input is never "
-                    "written — use InOut in one vertex, or two compute sets")
+        w_slots = np.flatnonzero(writes)
+        if w_slots.size == 0:
+            return
+        written = np.concatenate([cat[starts[i]:starts[i] + lens[i]] for i in w_slots])
+        if written.size == 0:
+            return
+        w_seg = np.repeat(w_slots, lens[w_slots])
+        dup = first_duplicate(written)
+        if dup is not None:
+            ia, ib = sel[w_seg[np.flatnonzero(written == dup)[:2]]]
+            raise GraphError(
+                f"write hazard in compute set: {self.st.describe_vertex(int(s_vid[ia]))} "
+                f"writes tensor '{s_tensor[ia].name}' and "
+                f"{self.st.describe_vertex(int(s_vid[ib]))} writes tensor "
+                f"'{s_tensor[ib].name}', and they overlap; vertices of one compute set "
+                "must write disjoint elements")
+        const = self.is_const[key][written]
+        if const.any():
+            i = sel[w_seg[np.argmax(const)]]
+            raise GraphError(f"{self.st.describe_vertex(int(s_vid[i]))} writes constant "
+                             f"tensor '{s_tensor[i].name}'; constants are read-only")
+        lo = int(written.min())
+        mark = np.zeros(int(written.max()) - lo + 1, np.bool_)
+        mark[written - lo] = True
+        slot, addr = first_marked(cat, starts, lens, np.flatnonzero(reads & ~writes), mark, lo)
+        if slot >= 0:
+            i, w = sel[slot], sel[w_seg[np.argmax(written == addr)]]
+            raise GraphError(
+                f"read/write hazard: {self.st.describe_vertex(int(s_vid[i]))} reads "
+                f"'{s_tensor[i].name}' as an Input while {self.st.describe_vertex(int(s_vid[w]))} "
+                f"writes it ('{s_tensor[w].name}') in the same compute set; an Input is never "
+                "written — use InOut in one vertex, or two compute sets")
 
     @staticmethod
     def _slots_by_vertex(s_vid: np.ndarray) -> dict[int, np.ndarray]:
