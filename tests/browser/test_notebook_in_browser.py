@@ -1,0 +1,452 @@
+"""Run course notebooks in a real browser: JupyterLab + Debian's Chromium driven by Playwright.
+
+nbval proves the notebooks' Python runs; this proves what a learner sees: JupyterLab opens the
+notebook, "Run All Cells" runs every cell on the venv's kernel, no output is an error, the
+ipywidgets render as widgets (not as "VBox(...)" text) and the bokeh figures draw on a canvas.
+
+The test starts its own JupyterLab (127.0.0.1, free port, no token, throw-away config/data/
+runtime dirs with a "python3" kernelspec pointing at this interpreter), runs a copy of each
+notebook (the committed notebook keeps no outputs) and saves a screenshot of the whole notebook
+to test-artifacts/browser/. It needs /usr/bin/chromium (apt-get install chromium) and the
+playwright package (the `dev` extra; Playwright's own browser download is never used). Without
+them it skips, and tests/browser/conftest.py prints "BROWSER TEST: SKIPPED (reason)"; with
+IPULAB_REQUIRE_BROWSER_TEST=1 (set by .ci/run) it fails instead of skipping.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+# notebook -> what must render in it besides error-free outputs: "widgets" (ipywidgets) and/or
+# "bokeh" (at least one bokeh canvas). Adding a notebook is one line here.
+NOTEBOOKS = {
+    "notebooks/00_welcome_the_ipu.ipynb": {"widgets", "bokeh"},
+    "notebooks/02_bsp_supersteps.ipynb": {"widgets"},
+    "notebooks/05_profiling.ipynb": {"widgets", "bokeh"},
+}
+WIDGETS = {nb for nb, wants in NOTEBOOKS.items() if "widgets" in wants}
+BOKEH = {nb for nb, wants in NOTEBOOKS.items() if "bokeh" in wants}
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+# Bounded waits (seconds). RUN is for "Run All Cells" until every code cell has a count.
+SERVER_START = 90
+PAGE_LOAD = 120
+KERNEL_START = 120
+RUN = float(os.environ.get("IPULAB_BROWSER_RUN_TIMEOUT", 180))
+RENDER = 30
+
+# The visible notebook panel (hidden panels of other tabs stay in the DOM with lm-mod-hidden).
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+
+def _skip(reason):
+    reason = f"browser test skipped: {reason}"
+    if os.environ.get("IPULAB_REQUIRE_BROWSER_TEST") == "1":
+        pytest.fail(f"{reason} — but IPULAB_REQUIRE_BROWSER_TEST=1 requires it", pytrace=False)
+    pytest.skip(reason)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _http(method, url, timeout=10):
+    req = urllib.request.Request(url, method=method)
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        body = r.read()
+    return json.loads(body) if body else None
+
+
+def _write_json(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def _jupyter_env(home):
+    """Throw-away Jupyter dirs: a "python3" kernelspec running this interpreter, quiet settings."""
+    config, data, runtime = home / "config", home / "data", home / "runtime"
+    for d in (config, data, runtime):
+        d.mkdir(parents=True, exist_ok=True)
+    _write_json(data / "kernels" / "python3" / "kernel.json", {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)", "language": "python",
+        "metadata": {"debugger": True}})
+    settings = config / "lab" / "user-settings" / "@jupyterlab"
+    # Attach every cell to the DOM (the default windowing may leave off-screen cells unrendered).
+    _write_json(settings / "notebook-extension" / "tracker.jupyterlab-settings",
+                {"windowingMode": "none"})
+    # No news/update toasts (and no requests to the internet).
+    _write_json(settings / "apputils-extension" / "notification.jupyterlab-settings",
+                {"fetchNews": "false", "checkForUpdates": False})
+    env = dict(os.environ)
+    env.pop("JUPYTER_PLATFORM_DIRS", None)
+    env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data),
+               JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_PATH=str(data),
+               IPYTHONDIR=str(home / "ipython"), PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        _skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _skip("the playwright package is not installed (pip install -e '.[dev]')")
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+    except Exception:
+        pw.stop()
+        raise
+    yield b
+    try:
+        b.close()
+    finally:
+        pw.stop()
+
+
+@pytest.fixture(scope="module")
+def jupyter_server(browser, tmp_path_factory):
+    """Base URL of a JupyterLab serving the repo (started after the browser, so a skip is cheap)."""
+    home = tmp_path_factory.mktemp("jupyter")
+    env = _jupyter_env(home)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log_path = home / "jupyter-server.log"      # copied to test-artifacts/browser/ at the end
+    log = open(log_path, "w")
+    proc = base = None
+    for _attempt in range(3):                   # the free port may be taken before we bind it
+        port = _free_port()
+        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+               "--ServerApp.port_retries=0", "--IdentityProvider.token=",
+               "--ServerApp.password=", f"--ServerApp.root_dir={REPO}",
+               "--LabApp.expose_app_in_browser=True",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
+        if os.getuid() == 0:
+            cmd.append("--allow-root")
+        proc = subprocess.Popen(cmd, cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + SERVER_START
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                _http("GET", f"{base}/api/status", timeout=2)
+                break
+            except (urllib.error.URLError, OSError, ValueError):
+                time.sleep(0.5)
+        if proc.poll() is None:
+            break
+    try:
+        if proc.poll() is not None:
+            pytest.fail(f"JupyterLab exited ({proc.returncode}):\n{log_path.read_text()[-4000:]}")
+        try:
+            _http("GET", f"{base}/api/status", timeout=5)
+        except (urllib.error.URLError, OSError) as e:
+            pytest.fail(f"JupyterLab not ready after {SERVER_START} s ({e}):\n"
+                        f"{log_path.read_text()[-4000:]}")
+        spec = _http("GET", f"{base}/api/kernelspecs", timeout=10)["kernelspecs"]["python3"]
+        assert spec["spec"]["argv"][0] == sys.executable, f"python3 kernelspec is {spec}"
+        yield base
+    finally:
+        _stop_server(proc, base)
+        log.close()
+        shutil.copyfile(log_path, ARTIFACTS / "jupyter-server.log")
+
+
+def _stop_server(proc, base):
+    try:                                        # kernels first: they run in their own sessions
+        for k in _http("GET", f"{base}/api/kernels", timeout=5) or []:
+            _http("DELETE", f"{base}/api/kernels/{k['id']}", timeout=15)
+    except Exception:
+        pass
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    """A temp dir inside the repo (so JupyterLab, rooted at the repo, can open its notebooks)."""
+    (REPO / "test-artifacts").mkdir(exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="browser-run-", dir=REPO / "test-artifacts"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# One JS snapshot of the visible notebook: DOM state plus, if window.jupyterapp is exposed, the
+# notebook model (execution counts and output types, independent of how they are drawn).
+STATE_JS = """(panelSel) => {
+  const panel = document.querySelector(panelSel);
+  if (!panel) return {panel: false};
+  const ind = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
+      .map(p => p.textContent.trim());
+  const stderr = [...panel.querySelectorAll(
+      '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+      .map(o => o.textContent);
+  const cells = panel.querySelectorAll('.jp-Notebook .jp-Cell').length;
+  let model = null, kernel = null;
+  try {
+    const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+    const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    if (k) kernel = {name: k.name, status: k.status, connection: k.connectionStatus};
+    if (w && w.content && w.content.model) {
+      const cells = [...w.content.model.cells].filter(c => c.type === 'code');
+      model = cells.map(c => ({
+        count: c.executionCount,
+        widgetViews: c.outputs.toJSON().filter(
+            o => o.data && 'application/vnd.jupyter.widget-view+json' in o.data).length,
+        errors: c.outputs.toJSON().filter(o => o.output_type === 'error')
+            .map(o => `${o.ename}: ${o.evalue}`)}));
+    }
+  } catch (e) { model = null; }
+  return {panel: true, status: ind ? ind.dataset.status : null, prompts, stderr, model, cells,
+          kernel, exposed: !!window.jupyterapp,
+          dialog: !!document.querySelector('.jp-Dialog')};
+}"""
+
+
+def _errors(state):
+    """Error outputs in a state: model errors, and stderr outputs that show a Traceback/Error."""
+    found = [e for cell in state.get("model") or [] for e in cell["errors"]]
+    found += [t.strip()[:2000] for t in state.get("stderr", [])
+              if "Traceback" in t or "Error" in t]
+    return found
+
+
+def _kernel_ready(state, n_cells):
+    """Every cell on the page, the toolbar says idle and (if visible) the kernel is connected."""
+    if not state.get("panel") or state.get("status") != "idle" or state["cells"] != n_cells:
+        return False
+    if not state.get("exposed"):
+        return True
+    kernel = state.get("kernel") or {}
+    return kernel.get("status") == "idle" and kernel.get("connection") == "connected"
+
+
+def _finished(state, n_code):
+    """Kernel idle and every code cell numbered — or stopped early by an error."""
+    if not state.get("panel") or state.get("status") != "idle":
+        return False
+    prompts = state["prompts"]
+    if any("*" in p for p in prompts):
+        return False
+    numbered = sum(p.startswith("[") and p[1:-2].isdigit() and p.endswith("]:") for p in prompts)
+    model = state.get("model")
+    model_done = model is None or (len(model) == n_code
+                                   and all(c["count"] is not None for c in model))
+    return (numbered == n_code and model_done) or bool(_errors(state))
+
+
+def _dismiss_dialogs(page):
+    """Accept a "Select Kernel" (or any other) dialog: its default is the notebook's kernel."""
+    dialog = page.locator(".jp-Dialog")
+    if dialog.count():
+        text = dialog.first.inner_text(timeout=5_000)
+        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").first.click(timeout=10_000)
+        return text
+    return None
+
+
+def _run_all(page):
+    """Run > Run All Cells from the menu bar; the command itself if the menu does not work."""
+    try:
+        page.locator(f"{PANEL} .jp-Notebook").first.click(position={"x": 5, "y": 5},
+                                                         timeout=10_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click(timeout=10_000)
+        # JupyterLab 4: data-command="runmenu:run-all", label "Run All Cells".
+        page.locator(".lm-Menu-item:not(.lm-mod-disabled)").filter(
+            has=page.locator(".lm-Menu-itemLabel", has_text="Run All Cells")).filter(
+            has_not_text="Restart").first.click(timeout=10_000)
+        return "menu"
+    except Exception as e:
+        print(f"\n(Run menu failed: {e}; running the command instead)")
+        page.keyboard.press("Escape")
+        page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        return "command"
+
+
+def _appears(locator):
+    """Whether locator matches something within RENDER seconds."""
+    try:
+        locator.first.wait_for(state="attached", timeout=RENDER * 1000)
+        return True
+    except Exception:
+        return False
+
+
+def _screenshot(page, path):
+    """The whole notebook: grow the viewport to the notebook's height, then screenshot."""
+    try:
+        height = page.evaluate(f"""() => {{
+            const p = document.querySelector('{PANEL}');
+            const s = p && (p.querySelector('.jp-WindowedPanel-outer')
+                            || p.querySelector('.jp-Notebook'));
+            return s ? s.scrollHeight : 0; }}""")
+        page.set_viewport_size({"width": 1400, "height": int(min(max(height + 250, 1000), 15000))})
+        page.wait_for_timeout(500)
+        page.evaluate(f"""() => {{
+            const p = document.querySelector('{PANEL}');
+            for (const s of p ? p.querySelectorAll('.jp-WindowedPanel-outer, .jp-Notebook') : [])
+                s.scrollTop = 0; }}""")
+        page.wait_for_timeout(1000)
+    except Exception:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True, timeout=60_000)
+    return path
+
+
+def _shutdown_kernel(base, path):
+    try:
+        for s in _http("GET", f"{base}/api/sessions", timeout=5) or []:
+            if s.get("path") == path:
+                _http("DELETE", f"{base}/api/sessions/{s['id']}", timeout=15)
+    except Exception:
+        pass
+
+
+@pytest.mark.parametrize("notebook", list(NOTEBOOKS))
+def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
+    src = REPO / notebook
+    copy = workdir / src.name
+    shutil.copyfile(src, copy)
+    cells = json.loads(src.read_text())["cells"]
+    n_cells, n_code = len(cells), sum(c["cell_type"] == "code" for c in cells)
+    rel = copy.relative_to(REPO).as_posix()
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    console = []
+    page.on("console", lambda m: console.append(f"console.{m.type}: {m.text}")
+            if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    state, failed, notes = {}, True, []
+    shot, failed_shot = ARTIFACTS / f"{src.stem}.png", ARTIFACTS / f"{src.stem}-FAILED.png"
+    failed_shot.unlink(missing_ok=True)
+
+    def fail(msg):
+        errs = []                               # distinct errors, first lines, with counts
+        for c in console:
+            if not c.startswith("console.warning"):
+                c = c.strip().splitlines()[0][:300] if c.strip() else c
+                errs.append(c) if c not in errs else None
+        counts = {c: sum(x.strip().startswith(c) for x in console) for c in errs}
+        errs = [f"{c}  (x{n})" if n > 1 else c for c, n in counts.items()]
+        pytest.fail(f"{notebook}: {msg}\n"
+                    f"execution prompts: {state.get('prompts')}\n"
+                    f"kernel status: {state.get('status')}; notes: {notes}\n"
+                    f"screenshot: {failed_shot}\n"
+                    f"browser console errors ({len(errs)}):\n  " + "\n  ".join(errs[-30:]),
+                    pytrace=False)
+
+    def snapshot():
+        nonlocal state
+        state = page.evaluate(STATE_JS, PANEL)
+        return state
+
+    try:
+        t0 = time.monotonic()
+        # ?reset: a clean workspace, so only this notebook is open.
+        page.goto(f"{jupyter_server}/lab/tree/{urllib.parse.quote(rel)}?reset",
+                  wait_until="domcontentloaded", timeout=PAGE_LOAD * 1000)
+        page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell", timeout=PAGE_LOAD * 1000)
+
+        # The kernel starts: wait for idle, accepting a "Select Kernel" dialog if one appears.
+        deadline = time.monotonic() + KERNEL_START
+        while True:
+            text = _dismiss_dialogs(page)
+            if text:
+                notes.append(f"dismissed dialog: {text[:200]!r}")
+            if _kernel_ready(snapshot(), n_cells):
+                break
+            if time.monotonic() > deadline:
+                fail(f"notebook not loaded or kernel not idle after {KERNEL_START} s: "
+                     f"{state.get('cells')} of {n_cells} cells shown, kernel {state.get('kernel')}")
+            page.wait_for_timeout(500)
+        if len(state["prompts"]) != n_code:
+            fail(f"the page shows {len(state['prompts'])} code cells, the notebook has {n_code}")
+        if not state.get("exposed"):
+            notes.append("window.jupyterapp not exposed: DOM checks only")
+        notes.append(f"kernel {state.get('kernel')}")
+
+        notes.append(f"run via {_run_all(page)}")
+        deadline = time.monotonic() + RUN
+        while not _finished(snapshot(), n_code):
+            if time.monotonic() > deadline:
+                fail(f"cells still not all executed after {RUN:.0f} s")
+            if state.get("dialog"):
+                notes.append(f"dialog during run: {_dismiss_dialogs(page)!r:.200}")
+            page.wait_for_timeout(500)
+        run_seconds = time.monotonic() - t0
+
+        errors = _errors(state)
+        if errors:
+            fail("error output(s):\n" + "\n---\n".join(errors))
+
+        out = f"{PANEL} .jp-OutputArea-output"
+        if notebook in WIDGETS:
+            if not _appears(page.locator(f"{out} .jupyter-widgets")):
+                fail("no ipywidgets rendered (.jupyter-widgets)")
+            widget_bits = page.locator(f"{out} [class*='widget-']").count()
+            if not widget_bits:
+                fail("ipywidgets container rendered but no .widget-* elements")
+            # Every widget output drawn as a widget: one root .jupyter-widgets per output.
+            views = sum(c["widgetViews"] for c in state.get("model") or [])
+            deadline = time.monotonic() + RENDER
+            while (roots := page.locator(f"{out} > .jupyter-widgets").count()) < views \
+                    and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            notes.append(f"{roots} widget views drawn for {views} widget outputs, "
+                         f"{widget_bits} .widget-* elements")
+            if roots < views:
+                fail(f"only {roots} of {views} widget outputs rendered as widgets")
+            text = page.locator(f"{PANEL} .jp-OutputArea").all_inner_texts()
+            if any("Error displaying widget" in t for t in text):
+                fail("'Error displaying widget' in an output")
+        if notebook in BOKEH:
+            canvas = page.locator(f"{out} .bk-Canvas canvas, {out} .bk-root canvas, "
+                                  f"{out} [class*='bk-'] canvas")
+            if not _appears(canvas):
+                fail("no bokeh canvas rendered")
+            box = canvas.first.bounding_box()
+            if not box or box["width"] < 10 or box["height"] < 10:
+                fail(f"bokeh canvas has no size: {box}")
+            notes.append(f"{canvas.count()} bokeh canvas(es), first {box['width']:.0f}x"
+                         f"{box['height']:.0f}")
+        failed = False
+        print(f"\n{notebook}: {n_code} code cells ran in the browser in {run_seconds:.1f} s "
+              f"(page load to last cell); {'; '.join(notes)}")
+    finally:
+        try:
+            _screenshot(page, failed_shot if failed else shot)
+        except Exception as e:
+            print(f"\n(screenshot failed: {e})")
+        _shutdown_kernel(jupyter_server, rel)
+        context.close()
