@@ -13,14 +13,16 @@ class GraphError(IpuLabError):
 class TileMemoryError(IpuLabError):
     """A tile's allocations do not fit its SRAM."""
 
-    def __init__(self, tile: int, needed: int, available: int, largest: list[tuple[str, int]]):
+    def __init__(self, tile: int, needed: int, available: int, largest: list[tuple[str, int]],
+                 message: str | None = None):
+        """message replaces the default text (e.g. a planner explaining what did not fit)."""
         self.tile, self.needed, self.available, self.largest = tile, needed, available, largest
         self.profile = None   # set by the compiler: a memory-only Profile, to see the overflow
         top = ", ".join(f"{name} ({nbytes:,} B)" for name, nbytes in largest[:5])
-        super().__init__(
+        super().__init__(message or (
             f"Out of memory on tile {tile}: needs {needed:,} bytes but only {available:,} are "
             f"available ({needed - available:,} over). Largest there: {top or 'nothing'}. "
-            "Spread the biggest tensors over more tiles (e.g. poputil.map_tensor_linearly).")
+            "Spread the biggest tensors over more tiles (e.g. poputil.map_tensor_linearly)."))
 
 
 class CodeletError(IpuLabError):

@@ -292,13 +292,12 @@ def _too_big(target, dims, dtype, ev, best: int, budget: int):
         ("A and B blocks / gathered partials (exchange buffers)", "exchange_buffers"),
         ("partials", "partials"), ("own A and B pieces", "inputs"), ("outputs", "outputs"))),
         key=lambda x: -x[1])
-    err = TileMemoryError(0, needed, budget, largest)
-    err.args = (f"poplin: mat_mul of {d.groups} x ({d.m} x {d.k}) @ ({d.k} x {d.n}) {dtype} "
-                f"does not fit on {target.num_tiles} tiles: the leanest split still needs "
-                f"{needed:,} bytes per tile but {budget:,} are available. Largest parts: "
-                + ", ".join(f"{n} ({b:,} B)" for n, b in largest)
-                + ". Use more tiles or a smaller problem (or several smaller products).",)
-    return err
+    return TileMemoryError(0, needed, budget, largest, message=(
+        f"poplin: mat_mul of {d.groups} x ({d.m} x {d.k}) @ ({d.k} x {d.n}) {dtype} "
+        f"does not fit on {target.num_tiles} tiles: the leanest split still needs "
+        f"{needed:,} bytes per tile but {budget:,} are available. Largest parts: "
+        + ", ".join(f"{n} ({b:,} B)" for n, b in largest)
+        + ". Use more tiles or a smaller problem (or several smaller products)."))
 
 
 def _forced(split, dims: Split, T: int) -> Split:
