@@ -7,9 +7,6 @@ an Input fails to compile (numba) or raises (python mode).
 """
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 import traceback
 
 import numba
@@ -17,96 +14,12 @@ import numpy as np
 from numba.typed import List
 
 from ..errors import CodeletError
-from ..machine.kernels import to_half
+from .codelet_cache import cached_driver
+from .rewrite import half_fields, rewrite
 
 MODES = ("compiled", "checked", "python")
 _computes: dict = {}
 _drivers: dict = {}
-
-
-# --- python mode: numba's typing rules for literals -------------------------------------------
-def _i64_range(*args):
-    return (np.int64(i) for i in range(*(int(a) for a in args)))
-
-
-_PY_HELPERS = {"_ipl_f64": np.float64, "_ipl_i64": np.int64, "_ipl_range": _i64_range,
-               "_ipl_len": lambda x: np.int64(len(x)), "_ipl_half": to_half}
-
-
-class _NumbaLiterals(ast.NodeTransformer):
-    """Make Python literals typed like numba types them (float64, int64), and range/len too.
-
-    NumPy 2 treats a bare 0.0 as a 'weak' scalar, so `s = 0.0; s += np.float32(x)` accumulates
-    in float32, while numba accumulates in float64. Wrapping literals keeps the modes identical.
-    """
-
-    def visit_Constant(self, node):
-        if type(node.value) in (float, int):
-            name = "_ipl_f64" if type(node.value) is float else "_ipl_i64"
-            return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), [node], []), node)
-        return node
-
-    def visit_Name(self, node):
-        if node.id in ("range", "len") and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(ast.Name("_ipl_" + node.id, ast.Load()), node)
-        return node
-
-
-class _HalfStores(ast.NodeTransformer):
-    """Round every store into a HALF field: `out[i] = v` -> `out[i] = _ipl_half(v)`, and
-    `out[i] += v` -> `out[i] = _ipl_half(out[i] + v)`, so HALF data is rounded on every write."""
-
-    def __init__(self, names: set):
-        self.names = names
-
-    def _is_half(self, target) -> bool:
-        if not isinstance(target, ast.Subscript):
-            return False
-        while isinstance(target, ast.Subscript):
-            target = target.value
-        return isinstance(target, ast.Name) and target.id in self.names
-
-    @staticmethod
-    def _half(value):
-        return ast.Call(ast.Name("_ipl_half", ast.Load()), [value], [])
-
-    def visit_Assign(self, node):
-        self.generic_visit(node)
-        if any(self._is_half(t) for t in node.targets):
-            node.value = self._half(node.value)
-        return node
-
-    def visit_AugAssign(self, node):
-        self.generic_visit(node)
-        if not self._is_half(node.target):
-            return node
-        load = ast.parse(ast.unparse(node.target), mode="eval").body
-        value = self._half(ast.BinOp(load, node.op, node.value))
-        return ast.copy_location(ast.Assign([node.target], value), node)
-
-
-def _rewrite(fn, literals: bool, half_fields: set):
-    """fn re-compiled from its source with the given rewrites; same file and line numbers."""
-    if not literals and not half_fields:
-        return fn
-    try:
-        lines, first = inspect.getsourcelines(fn)
-        filename = inspect.getsourcefile(fn) or inspect.getfile(fn)
-    except (OSError, TypeError):
-        return fn
-    if fn.__code__.co_freevars:
-        return fn
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    tree.body[0].decorator_list = []
-    if half_fields:
-        tree = _HalfStores(half_fields).visit(tree)
-    if literals:
-        tree = _NumbaLiterals().visit(tree)
-    tree = ast.fix_missing_locations(tree)
-    ast.increment_lineno(tree, first - 1)
-    ns = dict(fn.__globals__, **_PY_HELPERS)
-    exec(compile(tree, filename, "exec"), ns)
-    return ns[fn.__name__]
 
 
 # --- drivers ------------------------------------------------------------------------------------
@@ -138,8 +51,7 @@ def _driver_source(kinds: tuple, multi: bool, workers: int) -> str:
 def _compute_for(cls, mode: str):
     key = (cls, mode)
     if key not in _computes:
-        half = {f.attr for f in cls.fields if f.writes and f.dtype.rounds_to_half}
-        fn = _rewrite(cls.compute, mode == "python", half)
+        fn = rewrite(cls.compute, mode == "python", half_fields(cls))
         if mode != "python":
             fn = numba.njit(boundscheck=mode == "checked", error_model="numpy",
                             fastmath=cls.fastmath)(fn)
@@ -148,13 +60,18 @@ def _compute_for(cls, mode: str):
 
 
 def _driver_for(cls, mode: str, kinds: tuple, workers: int):
+    """The njit'ed batch driver (compiled or checked mode): cached on disk for library
+    codelets, compiled in this process for codelets defined in a notebook."""
     key = (cls, mode, kinds, workers)
     if key not in _drivers:
-        ns = {"compute": _compute_for(cls, mode), "List": List}
-        exec(_driver_source(kinds, cls.multi, workers), ns)
-        fn = ns["driver"]
-        _drivers[key] = fn if mode == "python" else numba.njit(
-            boundscheck=mode == "checked", error_model="numpy")(fn)
+        source = _driver_source(kinds, cls.multi, workers)
+        driver = cached_driver(cls, mode, source)
+        if driver is None:
+            ns = {"compute": _compute_for(cls, mode), "List": List}
+            exec(source, ns)
+            driver = numba.njit(boundscheck=mode == "checked", error_model="numpy")(
+                ns["driver"])
+        _drivers[key] = driver
     return _drivers[key]
 
 
