@@ -20,6 +20,11 @@ import numba
 from .rewrite import half_fields, rewritten_tree
 
 
+# compiled into every driver (HALF rounding, literal helpers): a change must invalidate it
+_OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
+                        for rel in ("rewrite.py", "../machine/kernels.py"))
+
+
 def cache_dir() -> Path:
     """Where generated driver modules live: $IPULAB_CACHE_DIR or ~/.cache/ipulab."""
     root = os.environ.get("IPULAB_CACHE_DIR") or Path.home() / ".cache" / "ipulab"
@@ -62,7 +67,8 @@ def cached_driver(cls, mode: str, driver_source: str):
     if mod is None or rewritten_tree(cls.compute, False, set()) is None:
         return None
     text = _source(cls, mode, driver_source, mod)
-    stamp = Path(mod.__file__).read_bytes() + numba.__version__.encode() + text.encode()
+    stamp = (Path(mod.__file__).read_bytes() + _OWN_SOURCES + numba.__version__.encode()
+             + text.encode())
     name = f"ipulab_codelet_{cls.__name__}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
     if name not in sys.modules:
         path = cache_dir() / f"{name}.py"
