@@ -32,7 +32,10 @@ def cache_dir() -> Path:
 
 
 def _home_module(fn):
-    """The importable module fn is defined at the top level of, or None."""
+    """The importable module whose names fn's globals are: the module fn is defined at the top
+    level of, or, for generated source, the module its namespace names in __ipulab_globals__."""
+    if "__ipulab_globals__" in fn.__globals__:
+        return importlib.import_module(fn.__globals__["__ipulab_globals__"])
     mod = sys.modules.get(fn.__module__)
     if mod is None or mod.__name__ == "__main__" or not getattr(mod, "__file__", None):
         return None

@@ -1,0 +1,176 @@
+"""One element-wise codelet per expression: tree -> compute source -> a Vertex class.
+
+The generated compute loops over its output once; inside the loop every node of the tree is
+one line `t<k> = ...` (common subexpressions once), every value converted explicitly to its
+type so numba and the python mode compute exactly the same thing. HALF values are computed in
+float32 and rounded to half after every operation, as NumPy does with float16.
+
+Cycle estimate (worker-issue cycles, [MODEL]): 10 to enter the vertex, then per element one
+cycle per input load and one for the store, plus each operation's cost (OP_CYCLES: 1 for
+arithmetic, comparisons and selects, more for division and the float functions); FLOAT output
+runs 2 elements per vector, HALF 4 (64-bit SIMD), other types 1:
+    cycles = 10 + ceil(n * per_element / width)
+"""
+from __future__ import annotations
+
+from ..errors import GraphError
+from ..poplar import types as T
+from . import exprtypes as X
+from .codegen import build_codelet, convert, literal, typed
+
+OP_CYCLES = {"div": 4, "idiv": 16, "pow": 20, "exp": 8, "log": 8, "sqrt": 6, "tanh": 10,
+             "sigmoid": 10}   # every other operation: 1
+VECTOR_WIDTH = {T.FLOAT: 2, T.HALF: 4}
+ENTRY_CYCLES = 10
+
+
+class _Val:
+    """An emitted value: source code (a name or literal) and its type; weak constants keep
+    their value until an operation decides their type."""
+
+    __slots__ = ("code", "ty", "value")
+
+    def __init__(self, code, ty, value=None):
+        self.code, self.ty, self.value = code, ty, value
+
+    def as_(self, dtype) -> str:
+        if self.code is None:
+            return literal(self.value, dtype)
+        return convert(self.code, self.ty.dtype, dtype)
+
+
+_ARITH = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "neg": "-{a}",
+          "abs": "abs({a})", "square": "{a} * {a}"}
+_COMPARE = {"lt": "<", "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!="}
+_FLOAT_FN = {"exp": "f_exp", "log": "f_log", "sqrt": "f_sqrt", "tanh": "f_tanh",
+             "sigmoid": "f_sigmoid"}
+
+
+class _Emitter:
+    """Writes the loop body for an expression whose placeholders are read by `reads`."""
+
+    def __init__(self, reads: dict, where: str):
+        self.reads, self.where = reads, where   # placeholder n -> (code, dtype)
+        self.lines: list[str] = []
+        self.memo: dict[str, _Val] = {}
+        self.cycles = 0
+
+    def _temp(self, code: str, dtype, cost_key: str) -> _Val:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"{name} = {code}")
+        self.cycles += OP_CYCLES.get(cost_key, 1)
+        return _Val(name, X.Ty.of(dtype))
+
+    def visit(self, node) -> _Val:
+        key = str(node)
+        if key not in self.memo:
+            self.memo[key] = self._visit(node)
+        return self.memo[key]
+
+    def _visit(self, node) -> _Val:
+        op, args = node.op, node.args
+        if op == "ph":
+            code, dtype = self.reads[node.value]
+            return _Val(code, X.Ty.of(dtype))
+        if op == "const":
+            value, dtype = node.value
+            if dtype is None:
+                return _Val(None, X.Ty.weak(value), value)
+            return _Val(literal(value, dtype), X.Ty.of(dtype))
+        vals = [self.visit(a) for a in args]
+        if op == "cast":
+            return self._temp(vals[0].as_(node.value), node.value, "cast")
+        if op == "select":
+            o = X.promote(vals[0].ty, vals[1].ty).resolve()
+            a, b, c = vals[0].as_(o), vals[1].as_(o), vals[2].as_(T.BOOL)
+            return self._temp(f"({a} if {c} else {b})", o, op)
+        common = vals[0].ty if len(vals) == 1 else X.promote(vals[0].ty, vals[1].ty)
+        o = X.operand_type(op, common, self.where)
+        a = vals[0].as_(o)
+        b = vals[1].as_(o) if len(vals) > 1 else None
+        return self._temp(*self._code(op, o, a, b))
+
+    @staticmethod
+    def _code(op, o, a, b):
+        """(code, result type, cost key) of op on operands a, b already of type o."""
+        if op in _ARITH:
+            return typed(_ARITH[op].format(a=a, b=b), o), o, op
+        if op == "div":
+            if o in (T.FLOAT, T.HALF):
+                return typed(f"{a} / {b}", o), o, op
+            return typed(f"np.int64(i_div({a}, {b}))", o), o, "idiv"
+        if op in _COMPARE:
+            return f"({a} {_COMPARE[op]} {b})", T.BOOL, op
+        if op in ("max", "min"):   # nan wins, as numpy.maximum / minimum
+            cmp = ">" if op == "max" else "<"
+            return f"({a} if {a} {cmp} {b} or {a} != {a} else {b})", o, op
+        if op in ("and", "or"):
+            sym = "&" if op == "and" else "|"
+            return typed(f"{a} {sym} {b}", o), o, op
+        if op == "not":
+            return (f"np.bool_(not {a})" if o is T.BOOL else typed(f"~{a}", o)), o, op
+        if op == "pow":
+            return typed(f"f_pow(np.float64({a}), np.float64({b}))", o), o, op
+        if op in _FLOAT_FN:
+            return typed(f"{_FLOAT_FN[op]}(np.float64({a}))", o), o, op
+        raise GraphError(f"unknown expression operation {op!r}")
+
+
+def result_dtype(expr, dtypes: dict, where: str):
+    """The type an expression produces when placeholder n has type dtypes[n]."""
+    em = _Emitter({n: (f"_{n}", d) for n, d in dtypes.items()}, where)
+    return em.visit(expr).ty.resolve()
+
+
+def map_codelet(expr, inputs: dict, out_dtype, in_place: bool, where: str = "map"):
+    """The codelet computing expr element by element.
+
+    expr uses placeholders numbered as its fields: inputs maps n -> (dtype, scalar) for each
+    Input field `in<n>`, and with in_place, _1 is the InOut field `out` (read and written).
+    A scalar input has one element, read once and broadcast over the output.
+    """
+    reads, pre, fields = {}, [], []
+    if in_place:
+        reads[1] = ("x1", out_dtype)
+    out_field = "InOut" if in_place else "Output"
+    fields.append(f"    out = {out_field}(Vector[{out_dtype.name}])")
+    loads = 1 if in_place else 0
+    for n in sorted(inputs):
+        dtype, scalar = inputs[n]
+        fields.append(f"    in{n} = Input(Vector[{dtype.name}])")
+        if scalar:
+            pre.append(f"s{n} = in{n}[0]")
+            reads[n] = (f"s{n}", dtype)
+        else:
+            reads[n] = (f"x{n}", dtype)
+            loads += 1
+    em = _Emitter(reads, where)
+    root = em.visit(expr)
+    loop = [f"x{n} = in{n}[i]" for n in sorted(inputs) if not inputs[n][1]]
+    if in_place:
+        loop.insert(0, "x1 = out[i]")
+    loop += em.lines + [f"out[i] = {root.as_(out_dtype)}"]
+    per_element = loads + 1 + em.cycles
+    width = VECTOR_WIDTH.get(out_dtype, 1)
+    params = ", ".join(["out"] + [f"in{n}" for n in sorted(inputs)])
+    types = ",".join(("*" if s else "") + d.name for d, s in inputs.values())
+    kind = "MapInPlace" if in_place else "Map"
+    text = str(expr)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    body = "\n".join(f"        {line}" for line in pre) + ("\n" if pre else "")
+    body += "        for i in range(len(out)):\n"
+    body += "\n".join(f"            {line}" for line in loop)
+    source = (
+        "class Codelet(Vertex):\n"
+        f'    """{kind}: out = {expr} ({types or "-"} -> {out_dtype.name}), generated by '
+        'ipulab.popops."""\n'
+        + "\n".join(fields) + "\n\n"
+        "    @staticmethod\n"
+        f"    def compute({params}):\n{body}\n\n"
+        "    @staticmethod\n"
+        "    def cycle_estimate(out, **inputs):\n"
+        f"        # {ENTRY_CYCLES} to enter, {per_element} cycles an element, {width} elements a "
+        "vector\n"
+        f"        return {ENTRY_CYCLES} + -(-out * {per_element} // {width})\n")
+    name = f"{kind}[{text}]<{types + '->' if types else ''}{out_dtype.name}>"
+    return build_codelet(name, source)
