@@ -13,14 +13,14 @@ import pytest
 from bokeh.core.validation import check_integrity
 from bokeh.document import Document
 from bokeh.embed import json_item
-from bokeh.models import (ColumnDataSource, CustomJS, GlyphRenderer, HoverTool, Plot, TapTool,
-                          BoxSelectTool)
+from bokeh.models import (BoxSelectTool, ColorBar, ColumnDataSource, CustomJS, GlyphRenderer,
+                          HoverTool, Model, Plot, TapTool)
 from codelets import SumVertex
 
 import ipulab
 from ipulab import poplar, poputil, viz
 from ipulab.poplar import program as prog
-from ipulab.viz.base import subtitle
+from ipulab.viz.base import plural, subtitle
 from ipulab.viz.layout import ipu_shape, tile_grid, tile_groups
 from ipulab.viz.palette import (BYTES_PALETTE, CATEGORY_COLORS, EMPTY_COLOR, OVER_BUDGET_LINE,
                                 PHASE_COLORS, ramp)
@@ -159,7 +159,7 @@ def test_ramp_maps_low_and_high_to_palette_ends():
 
 def test_heatmap_columns_equal_profile(small):
     fig = viz.tile_memory_heatmap(small)
-    assert [r.name for r in glyphs(fig)] == ["tiles"]
+    assert [r.name for r in glyphs(fig)] == ["tiles_glyphs"]
     d = source(fig, "tiles").data
     for col in ("tile", "ipu", "x", "y", "bytes", "fraction", "largest", "largest_bytes",
                 "category", "color", "over_budget"):
@@ -280,9 +280,8 @@ def test_exchange_matrix_blocks_sum_to_traffic(small):
     assert nbytes.sum() > 0
     model = viz.exchange_matrix(small, max_blocks=2)
     plots = list(model.select({"type": Plot}))
-    assert len(plots) == 2
-    blocks, ipus = source(model, "blocks").data, source(model, "ipus").data
-    assert blocks["bytes"].sum() == nbytes.sum() == ipus["bytes"].sum()
+    blocks = source(model, "blocks").data
+    assert blocks["bytes"].sum() == nbytes.sum()
     expected = np.zeros((2, 2), np.int64)
     np.add.at(expected, (src // 2, dst // 2), nbytes)
     got = np.zeros((2, 2), np.int64)
@@ -295,10 +294,33 @@ def test_exchange_matrix_blocks_sum_to_traffic(small):
         assert "@src_label" in fields and "@dst_label" in fields and "@bytes" in fields
 
 
+def test_exchange_matrix_on_one_ipu_is_the_tile_figure_alone(small, bow):
+    """No 'Between IPUs' panel of a single on-chip cell; several IPUs: both panels."""
+    model = viz.exchange_matrix(small)
+    assert isinstance(model, Plot) and model.name == "blocks_plot"
+    assert source(model, "ipus") is None and model.select_one({"name": "ipus_plot"}) is None
+    both = viz.exchange_matrix(bow)
+    assert sorted(p.name for p in both.select({"type": Plot})) == ["blocks_plot", "ipus_plot"]
+
+
+def test_exchange_matrix_colour_scale_and_title(small):
+    nbytes = small.exchange_traffic()[2]
+    model = viz.exchange_matrix(small, max_blocks=4, high=10 * int(nbytes.max()),
+                                title="before the fix")
+    d = source(model, "blocks").data
+    assert list(d["color"]) == list(ramp(d["bytes"], 1, 10 * int(nbytes.max()), log=True))
+    assert d["color"][np.argmax(d["bytes"])] != BYTES_PALETTE[-1]   # the top is above the data
+    (bar,) = model.select({"type": ColorBar})
+    assert bar.color_mapper.high == 10 * int(nbytes.max())
+    assert model.title.text == "before the fix"
+    default = viz.exchange_matrix(small, max_blocks=4)
+    assert source(default, "blocks").data["color"][np.argmax(d["bytes"])] == BYTES_PALETTE[-1]
+    assert default.title.text.startswith("Exchange between tiles")
+
+
 def test_exchange_matrix_without_traffic(quiet):
-    model = viz.exchange_matrix(quiet)
-    assert len(source(model, "blocks").data["bytes"]) == 0
-    fig = model.select_one({"name": "blocks_plot"})
+    fig = viz.exchange_matrix(quiet)
+    assert len(source(fig, "blocks").data["bytes"]) == 0
     assert "0 B" in fig.title.text
     assert any("no exchange traffic" in getattr(a, "text", "") for a in fig.center)
 
@@ -438,6 +460,71 @@ def test_bow2000_aggregates_and_builds_fast(bow):
     assert blocks["bytes"].sum() == ipus["bytes"].sum() == total > 0
     cross = ipus["src"] != ipus["dst"]
     assert ipus["bytes"][cross].sum() > 0                          # IPUs 0-1 -> IPUs 2-3
+
+
+def test_names_are_unique_so_select_one_finds_a_source(small, bow):
+    """A data source and its glyph renderer used to share a name: select_one raised
+    ValueError. Every named model of a figure now has its own name."""
+    for f in FIGURES:
+        for profile in (small, bow):
+            model = f(profile)
+            for scope, kinds in [(model, (ColumnDataSource, GlyphRenderer, Plot)),
+                                 *((fig, (Model,)) for fig in model.select({"type": Plot}))]:
+                names = [m.name for m in scope.references() if isinstance(m, kinds) and m.name]
+                assert len(names) == len(set(names)), (f.__name__, sorted(names))
+    trace = viz.bsp_trace(small)
+    assert isinstance(trace.select_one({"name": "phases"}), ColumnDataSource)
+    assert isinstance(trace.select_one({"name": "phases_glyphs"}), GlyphRenderer)
+    for f, name in [(viz.tile_memory_heatmap, "tiles"), (viz.codelet_summary, "codelets"),
+                    (viz.exchange_matrix, "blocks"), (viz.liveness, "liveness")]:
+        assert isinstance(f(small).select_one({"name": name}), ColumnDataSource), name
+
+
+def test_plural():
+    assert plural(1, "tile") == "1 tile" and plural(1472, "tile") == "1,472 tiles"
+    assert plural(0, "step") == "0 steps" and plural(np.int64(1), "step") == "1 step"
+    assert plural(1, "vertex", "vertices") == "1 vertex"
+    assert plural(2, "vertex", "vertices") == "2 vertices"
+
+
+def test_titles_count_in_singular_and_plural(quiet, small):
+    """'1 steps', 'rows of up to 1 tile', 'tile(s)': one helper counts everywhere."""
+    assert len(quiet.steps) == 1
+    trace = viz.bsp_trace(quiet)
+    assert "BSP trace — 1 step," in trace.title.text
+    assert subtitle(trace).startswith("4 rows, one per tile;")
+    assert subtitle(viz.bsp_trace(small, max_rows=2)).startswith("2 rows of up to 2 tiles;")
+    assert "BSP trace — 5 steps," in viz.bsp_trace(small).title.text
+    assert "steps 1–2 of 5 (0-based)" in viz.bsp_trace(small, first_step=1, max_steps=2).title.text
+    assert "step 4 of 5 (0-based)" in viz.bsp_trace(small, first_step=4).title.text
+    assert subtitle(viz.exchange_matrix(small)).startswith("4 blocks, one per tile;")
+    over = copy.copy(small)
+    over.memory_total = small.memory_total.copy()
+    over.memory_total[2] = small.bytes_per_tile + 1
+    assert "— 1 tile OVER BUDGET" in viz.tile_memory_heatmap(over).title.text
+    one = tile_groups(1, 1, 64)
+    assert one.describe("row") == "1 row, one per tile"
+
+
+def _frame_widths(model):
+    return [p.frame_width for p in model.select({"type": Plot})]
+
+
+@pytest.mark.parametrize("name", ["small", "bow"])
+def test_default_widths_fit_a_notebook_column(name, request):
+    """A JupyterLab column is ~1,000 px wide: the plot areas leave room for labels, legend or
+    colour bar and toolbar. width= sets them."""
+    profile = request.getfixturevalue(name)
+    for f in (viz.bsp_trace, viz.tile_memory_heatmap, viz.exchange_matrix, viz.liveness,
+              viz.codelet_summary):
+        assert sum(_frame_widths(f(profile))) <= 640, f.__name__
+    assert _frame_widths(viz.bsp_trace(profile, width=480)) == [480]
+    assert _frame_widths(viz.exchange_matrix(profile, width=500))[0] <= 500
+    assert sum(_frame_widths(viz.exchange_matrix(profile, width=500))) <= 500
+    heat = viz.tile_memory_heatmap(profile, width=500)
+    assert _frame_widths(heat)[0] <= 500
+    linked = viz.linked(profile, width=480)
+    assert all(w <= 480 for w in _frame_widths(linked))
 
 
 def test_setup_is_a_quiet_noop_outside_a_notebook(capsys):

@@ -9,6 +9,7 @@ from html import escape
 
 import ipywidgets
 import numpy as np
+from bokeh.models import Legend, NumeralTickFormatter
 import pytest
 from codelets import SumVertex
 from helpers import run_engine
@@ -18,7 +19,8 @@ from ipulab import poplar
 from ipulab.errors import EngineError
 from ipulab.poplar import program as prog
 from ipulab.widgets import BSPPlayer, GraphInspector, ProfileDashboard, TileExplorer
-from ipulab.widgets._common import source_with
+from ipulab.widgets._common import first_plot, source_with
+from ipulab.viz.base import subtitle
 from ipulab.widgets.graph_inspector import parse_tiles
 
 WIDGETS = [TileExplorer, BSPPlayer, GraphInspector, ProfileDashboard]
@@ -111,15 +113,49 @@ def test_tile_explorer_shows_the_tiles_memory_map(toy):
     assert te.tile.value == 0 and "total" in te.memory_html.value
 
 
+def test_tile_explorer_memory_bar_ends_at_the_memory_total(toy):
+    """Allocations drawn with their aligned size, end to end; legend, plain byte ticks, no logo."""
+    p = toy.profile()
+    te = TileExplorer(toy)
+    for t in range(p.num_tiles):
+        te.tile.value = t
+        d = te.memory_source.data
+        left, right = np.asarray(d["left"]), np.asarray(d["right"])
+        assert left[0] == 0 and (left[1:] == right[:-1]).all()          # no gaps
+        assert right[-1] == p.memory_total[t]                            # ends at the total
+        aligned = np.asarray(d["aligned"])
+        np.testing.assert_array_equal(right - left, aligned)
+        assert (aligned >= np.asarray(d["bytes"])).all() and (aligned % 8 == 0).all()
+    te.tile.value = 3
+    assert any(a > b for a, b in zip(te.memory_source.data["aligned"],
+                                     te.memory_source.data["bytes"]))   # y[3]: 4 B, 8 aligned
+    bar = te.memory_bar
+    (legend,) = bar.select({"type": Legend})
+    categories = [k for k, v in p.memory.items() if v.any()]
+    assert [item.label.value for item in legend.items] == categories
+    assert isinstance(bar.xaxis[0].formatter, NumeralTickFormatter)
+    assert bar.xaxis[0].formatter.format == "0,0"
+    assert bar.toolbar.logo is None
+
+
+def test_widgets_take_a_width(toy):
+    te = TileExplorer(toy, width=500)
+    assert te.memory_bar.frame_width == 500 and te.heatmap.frame_width <= 500
+    player = BSPPlayer(toy, width=480)
+    assert player.activity.frame_width == 480 and first_plot(player.trace).frame_width == 480
+    assert BSPPlayer(toy).activity.frame_width <= 700
+    assert TileExplorer(toy).memory_bar.frame_width <= 700
+
+
 def test_tile_explorer_lists_the_tiles_vertices_and_exchange_partners(toy):
     te = TileExplorer(toy, tile=3)
-    assert "1 vertices" in te.vertices_html.value
+    assert "1 vertex</b>" in te.vertices_html.value
     assert all(s in te.vertices_html.value for s in ("SumVertex", "sums", "in: x[3] (4)"))
     # tile 3 sends y[3] to tile 0 (for the gather vertex and for w[3]) and receives y[0] -> w[0]
     partners = te.partners_html.value
-    assert "sends to 1 tiles, 8 B" in partners and "receives from 1 tiles, 4 B" in partners
+    assert "sends to 1 tile, 8 B" in partners and "receives from 1 tile, 4 B" in partners
     te.tile.value = 0
-    assert "2 vertices" in te.vertices_html.value and "gather" in te.vertices_html.value
+    assert "2 vertices</b>" in te.vertices_html.value and "gather" in te.vertices_html.value
     assert "receives from 3 tiles" in te.partners_html.value
 
 
@@ -141,8 +177,10 @@ def test_bsp_player_steps_through_the_run(toy):
     player = BSPPlayer(toy)
     assert player.slider.max == player.play.max == len(steps) - 1
     for k, rec in enumerate(steps):
-        player.slider.value = k
+        player.slider.value = k                 # slider value = position in profile.steps
         assert player.current_step is rec and player.play.value == k
+        assert f"step {k} of {len(steps)} (0-based; compiled step {rec.index})" in \
+            player.info.value
         assert escape(rec.name) in player.info.value
         assert f"{rec.cycles:,} cycles" in player.info.value
         for kind, _ in rec.phases:
@@ -162,12 +200,75 @@ def test_bsp_player_shows_which_tiles_work_and_how_data_moved(toy):
     assert compute.size == 4 and (compute > 0).all()
     player.slider.value = 1                 # "gather": tiles 1-3 send y to tile 0
     assert "1 of 4 tiles compute" in player.info.value
-    assert "12 B between 3 tile pairs" in player.traffic_html.value
+    assert "12 B between 3 tile pairs (3 senders, 1 receiver)" in player.traffic_html.value
     player.slider.value = 2                 # the copy y -> w (reversed)
     assert "between 4 tile pairs" in player.traffic_html.value
     compute = np.asarray(player.activity_source.data["cycles"])[
         np.asarray(player.activity_source.data["phase"]) == "compute"]
     assert not compute.any()
+
+
+@pytest.fixture(scope="module")
+def round_trips(dev4):
+    """One compute set whose vertices read remote data and write their output back: a vertex on
+    tile 1 sums 400 floats of tile 0 into y[0] (on tile 0), one on tile 2 sums 20 floats of tile
+    3 into y[1] (on tile 3). The step exchanges twice: data in, then the outputs back."""
+    g = poplar.Graph(dev4.target)
+    g.add_codelets(SumVertex)
+    a, b = g.add_variable(poplar.FLOAT, [400], "a"), g.add_variable(poplar.FLOAT, [20], "b")
+    y = g.add_variable(poplar.FLOAT, [2], "y")
+    for t, tile in [(a, 0), (b, 3), (y[0], 0), (y[1], 3)]:
+        g.set_tile_mapping(t, tile)
+    cs = g.add_compute_set("remote")
+    g.add_vertex(cs, "SumVertex", {"in": a, "out": y[0]}, tile=1)
+    g.add_vertex(cs, "SumVertex", {"in": b, "out": y[1]}, tile=2)
+    return run_engine(g, prog.Execute(cs), dev4)
+
+
+def _strip(player, phase):
+    data = player.activity_source.data
+    pick = np.asarray(data["phase"]) == phase
+    return np.asarray(data["cycles"])[pick], np.asarray(data["alpha"])[pick]
+
+
+def test_bsp_player_strip_sums_a_phase_that_occurs_twice(round_trips):
+    (rec,) = round_trips.profile().steps
+    assert [k for k, _ in rec.phases] == ["sync", "exchange", "compute", "sync", "exchange"]
+    data_in, back = (c for k, c in rec.phases if k == "exchange")
+    assert data_in.tolist() == [416, 416, 36, 36] and back.tolist() == [17, 17, 17, 17]
+    player = BSPPlayer(round_trips)
+    exchange, _ = _strip(player, "exchange")
+    np.testing.assert_array_equal(exchange, [433, 433, 53, 53])      # not just the last one
+    sync, _ = _strip(player, "sync")
+    np.testing.assert_array_equal(sync, [300, 300, 300, 300])
+    assert "sum of 2 exchange phases" in player.activity_source.data["note"][
+        list(player.activity_source.data["phase"]).index("exchange")]
+
+
+def test_bsp_player_strip_shades_each_phase_on_its_own_scale(round_trips):
+    """Exchange (433 cycles at most) next to compute (2,466): the busiest exchange column is as
+    dark as the busiest compute column, and 53 is visibly lighter than 433."""
+    player = BSPPlayer(round_trips)
+    for kind in ("sync", "exchange", "compute"):
+        cycles, alpha = _strip(player, kind)
+        assert alpha[np.argmax(cycles)] == 1.0, kind
+        np.testing.assert_allclose(alpha, np.where(cycles > 0, 0.25 + 0.75 * cycles /
+                                                   cycles.max(), 0))
+    _, alpha = _strip(player, "exchange")
+    assert alpha[2] < 0.4
+    assert "own scale" in subtitle(player.activity)
+
+
+def test_bsp_player_strip_has_rows_only_for_phases_of_the_run(toy, round_trips):
+    for engine in (toy, round_trips):
+        player = BSPPlayer(engine)
+        kinds = {k for rec in engine.profile().steps for k, _ in rec.phases}
+        assert set(player.activity.y_range.factors) == kinds
+        assert set(player.kinds) == kinds
+        assert set(player.activity_source.data["phase"]) == kinds
+        assert "host_exchange" not in kinds and "inter_ipu_exchange" not in kinds
+    assert list(BSPPlayer(round_trips).activity.y_range.factors) == ["compute", "exchange",
+                                                                     "sync"]   # bottom up
 
 
 def test_bsp_player_of_a_run_without_steps(dev4):
@@ -181,7 +282,7 @@ def test_bsp_player_of_a_run_without_steps(dev4):
 def test_graph_inspector_cascades_from_compute_set_to_tiles(toy):
     gi = GraphInspector(toy)
     assert [label for label, _ in gi.compute_set.options] == ["sums (4 vertices)",
-                                                              "gather (1 vertices)"]
+                                                              "gather (1 vertex)"]
     assert len(gi.vertex.options) == 4 and gi.vertex.value == 0
     assert "SumVertex" in gi.vertex_html.value and "x[0]" in gi.vertex_html.value
     assert [v for _, v in gi.tensor.options] == ["x", "y"]
@@ -191,7 +292,7 @@ def test_graph_inspector_cascades_from_compute_set_to_tiles(toy):
     assert [v for _, v in gi.tensor.options] == ["y", "total"]
     assert "variable y</b>: FLOAT [4], 4 elements on 4 tiles (0–3)" in gi.tensor_html.value
     gi.tensor.value = "total"
-    assert "1 elements on 1 tiles (0)" in gi.tensor_html.value
+    assert "1 element on 1 tile (0)" in gi.tensor_html.value
 
 
 def test_graph_inspector_filters_vertices_by_tile(toy):
@@ -279,7 +380,7 @@ def test_widgets_stay_small_and_quick_on_a_bow2000(bow):
     t0 = time.perf_counter()
     te.tile.value = 5887
     assert "IPU 3, tile 1471 of it" in te.header.value and "x[5887]" in te.vertices_html.value
-    assert "sends to 1 tiles" in te.partners_html.value
+    assert "sends to 1 tile," in te.partners_html.value
     player = BSPPlayer(bow)
     player.slider.value = 1                 # the copy: every tile sends one float
     assert "23,552 B between 5,888 tile pairs" in player.traffic_html.value
@@ -313,6 +414,8 @@ def test_bsp_player_draws_a_long_run_a_window_at_a_time(dev4):
     assert player.trace is not first
     drawn = source_with(player.trace, "step").data["step"]
     assert drawn.min() == 500 and drawn.max() == 999
-    assert player.marker.left == steps[700].start and "step 701 of 1,200" in player.info.value
+    assert player.marker.left == steps[700].start
+    assert "step 700 of 1,200 (0-based; compiled step 0)" in player.info.value
+    assert "steps 500–999 of 1,200 (0-based)" in first_plot(player.trace).title.text
     player.slider.value = 650                   # same window: nothing is redrawn
     assert source_with(player.trace, "step").data["step"] is drawn

@@ -10,10 +10,12 @@ SELECT_TOOLS = "tap,box_select"
 
 
 def figure(title: str, x_label: str, y_label: str, *, subtitle: str = "",
-           selectable: bool = False, **kw):
-    """A bokeh figure with a short title, a line of detail below it, labelled axes and the
-    standard tools (plus tap and box_select when it takes part in linked selection)."""
-    tools = f"{TOOLS},{SELECT_TOOLS}" if selectable else TOOLS
+           selectable: bool = False, tools: str | None = None, **kw):
+    """A bokeh figure with a short title, a line of detail below it, labelled axes, no bokeh
+    logo and the standard tools (plus tap and box_select when it takes part in linked
+    selection), or the given `tools`."""
+    if tools is None:
+        tools = f"{TOOLS},{SELECT_TOOLS}" if selectable else TOOLS
     fig = _figure(title=title, tools=tools, x_axis_label=x_label, y_axis_label=y_label, **kw)
     fig.title.text_font_size = "14px"
     if subtitle:
@@ -52,11 +54,12 @@ def fmt_bytes(n: float) -> str:
     return f"{n:,.2f} GiB"
 
 
-def plural(n: int, word: str) -> str:
-    """'1 tile', '92 tiles'."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 tile', '1,472 tiles'; irregular plurals are given: plural(n, "vertex", "vertices")."""
+    n = int(n)
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
 def fmt_cycles(cycles: int, clock_hz: float) -> str:
     """'12,345 cycles (9.3 us)' at the target's clock."""
-    return f"{int(cycles):,} cycles ({cycles / clock_hz * 1e6:,.2f} µs)"
+    return f"{plural(cycles, 'cycle')} ({cycles / clock_hz * 1e6:,.2f} µs)"

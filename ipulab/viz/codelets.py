@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from bokeh.models import ColumnDataSource, NumeralTickFormatter
 
-from .base import figure, hover, note
+from .base import figure, hover, note, plural
 from .palette import OTHER, SERIES
 
 MAX_BARS = 30
@@ -19,7 +19,7 @@ def codelet_data(profile, max_bars: int = MAX_BARS) -> dict[str, np.ndarray]:
     color = np.asarray([SERIES[i % len(SERIES)] for i in range(len(names))], object)
     if len(names) > max_bars:
         keep = max_bars - 1
-        names = names[:keep] + [f"other ({len(names) - keep} codelets)"]
+        names = names[:keep] + [f"other ({plural(len(names) - keep, 'codelet')})"]
         cycles = np.append(cycles[:keep], cycles[keep:].sum())
         vertices = np.append(vertices[:keep], vertices[keep:].sum())
         color = np.append(color[:keep], OTHER)
@@ -29,21 +29,21 @@ def codelet_data(profile, max_bars: int = MAX_BARS) -> dict[str, np.ndarray]:
             "color": color}
 
 
-def codelet_summary(profile, *, max_bars: int = MAX_BARS, width: int = 700):
+def codelet_summary(profile, *, max_bars: int = MAX_BARS, width: int = 560):
     """Horizontal bars: summed cycle estimates of each codelet's vertex executions over the run
     (profile.codelet_cycles()), the largest on top."""
     data = codelet_data(profile, max_bars)
     n = data["codelet"].size
     title = "Cycles by codelet over the run"
-    detail = (f"{int(data['cycles'].sum()):,} vertex cycles in all, from "
-              f"{int(data['vertices'].sum()):,} vertex executions")
+    detail = (f"{plural(data['cycles'].sum(), 'vertex cycle')} in all, from "
+              f"{plural(data['vertices'].sum(), 'vertex execution')}")
     fig = figure(title, "cycles (sum of vertex estimates, worker-issue cycles)", "codelet",
                  subtitle=detail,
                  y_range=list(data["codelet"][::-1]), frame_width=width,
                  frame_height=int(np.clip(28 * n, 160, 700)))
     source = ColumnDataSource(data, name="codelets")
     bars = fig.hbar(y="codelet", right="cycles", left=0, height=0.7, source=source,
-                    name="codelets", fill_color="color", line_color=None)
+                    name="codelets_glyphs", fill_color="color", line_color=None)
     fig.xaxis.formatter = NumeralTickFormatter(format="0,0")
     fig.ygrid.visible = False
     fig.x_range.start = 0

@@ -11,6 +11,7 @@ from .palette import (BYTES_PALETTE, CATEGORY_COLORS, EMPTY_COLOR, OTHER, OVER_B
                       TILE_LINE, ramp)
 
 COLOR_BY = ("bytes", "category")
+WIDTH = 600   # plot area (px) at most: with colour bar or legend and toolbar, fits a notebook
 
 
 def _top(total: np.ndarray, high: float | None) -> float:
@@ -48,12 +49,13 @@ def tile_memory_data(profile, grid=None, color_by: str = "bytes",
 
 
 def tile_memory_heatmap(profile, color_by: str = "bytes", *, high: float | None = None,
-                        ipus_per_row: int = IPUS_PER_ROW, width: int = 900):
+                        ipus_per_row: int = IPUS_PER_ROW, width: int = WIDTH):
     """Memory of every tile, laid out as IPUs of tile columns, as ONE rect renderer.
 
     color_by="bytes" colours by bytes held (0 .. `high`, default the busiest tile);
     color_by="category" by the category holding most of a tile's bytes. Tiles needing more
-    than bytes_per_tile are outlined in red (`over_budget`).
+    than bytes_per_tile are outlined in red (`over_budget`). `width`: the plot area's width in
+    pixels at most (a small IPU is drawn narrower: a tile square is at most 60 px).
     """
     if color_by not in COLOR_BY:
         raise ValueError(f"color_by must be one of {COLOR_BY}, not {color_by!r}")
@@ -67,19 +69,21 @@ def tile_memory_heatmap(profile, color_by: str = "bytes", *, high: float | None 
               f"{int(total[busiest]):,} B ({100 * data['fraction'][busiest]:.2f} % of its "
               f"{profile.bytes_per_tile:,} B)")
     if over.any():
-        title += f" — {int(over.sum())} tile(s) OVER BUDGET (red outline)"
-    px = float(np.clip(width / max(grid.width, 1), 4, 60))   # pixels per tile slot
+        title += f" — {plural(int(over.sum()), 'tile')} OVER BUDGET (red outline)"
+    px = float(np.clip(width / max(grid.width, 1), 2, 60))   # pixels per tile slot
     top = 0.6 + 16 / px              # room above the tiles for the IPU labels, in tile rows
-    frame_width = max(int(grid.width * px), 440)   # a small grid sits centred in a wider frame
+    # a small grid sits centred in a wider frame (room for the title)
+    frame_width = max(int(grid.width * px), min(440, width))
     side = (frame_width / px - grid.width) / 2
-    fig = figure(title, f"tile column (each IPU: {grid.cols} columns × {grid.rows} rows of tiles)",
+    fig = figure(title, f"tile column (each IPU: {plural(grid.cols, 'column')} × "
+                 f"{plural(grid.rows, 'row')} of tiles)",
                  "tile row", subtitle=detail, selectable=True, frame_width=frame_width,
                  frame_height=max(int((grid.height + top) * px), 80),
                  x_range=Range1d(-0.6 - side, grid.width - 0.4 + side),
                  y_range=Range1d(grid.height - 0.4, -top))
     source = ColumnDataSource(data, name="tiles")
     legend = {"legend_group": "category"} if color_by == "category" else {}
-    tiles = fig.rect("x", "y", 0.9, 0.9, source=source, name="tiles", fill_color="color",
+    tiles = fig.rect("x", "y", 0.9, 0.9, source=source, name="tiles_glyphs", fill_color="color",
                      line_color="line_color", line_width="line_width", line_alpha="line_alpha",
                      selection_line_color="black", selection_line_alpha=1.0,
                      nonselection_fill_alpha=0.25, **legend)

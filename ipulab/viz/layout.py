@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .base import plural
+
 IPUS_PER_ROW = 4
 
 
@@ -105,6 +107,13 @@ class TileGroups:
 
     def sum(self, per_tile: np.ndarray) -> np.ndarray:
         return np.add.reduceat(per_tile, self.starts, axis=-1)
+
+    def describe(self, noun: str) -> str:
+        """'4 rows, one per tile' or '64 rows of up to 92 tiles' (noun: what a group is drawn as)."""
+        size = int(self.sizes.max()) if len(self) else 0
+        if size <= 1:
+            return f"{plural(len(self), noun)}, one per tile"
+        return f"{plural(len(self), noun)} of up to {size:,} tiles"
 
     def labels(self) -> list[str]:
         """'tiles 0-91' (or 'tile 5' for a group of one), with the IPU when there are several."""

@@ -31,10 +31,12 @@ def link_rows(a, b) -> None:
     b.selected.js_on_change("indices", CustomJS(args={"src": b, "dst": a}, code=_SELECT_SAME_ROWS))
 
 
-def linked(profile, max_rows: int = 64, color_by: str = "bytes"):
-    """tile_memory_heatmap over bsp_trace, their selections linked through trace rows."""
-    heat = tile_memory_heatmap(profile, color_by)
-    trace = bsp_trace(profile, max_rows)
+def linked(profile, max_rows: int = 64, color_by: str = "bytes", *, width: int | None = None):
+    """tile_memory_heatmap over bsp_trace, their selections linked through trace rows (width:
+    of each figure's plot area, default theirs)."""
+    size = {} if width is None else {"width": width}
+    heat = tile_memory_heatmap(profile, color_by, **size)
+    trace = bsp_trace(profile, max_rows, **size)
     tiles = heat.select_one({"name": "tiles", "type": ColumnDataSource})
     bars = trace.select_one({"name": "phases", "type": ColumnDataSource})
     groups = tile_groups(profile.num_tiles, profile.tiles_per_ipu, max_rows)

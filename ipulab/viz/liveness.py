@@ -6,7 +6,7 @@ import numpy as np
 from bokeh.models import (AdaptiveTicker, ColumnDataSource, DataRange1d, LinearAxis,
                           NumeralTickFormatter, Range1d)
 
-from .base import figure, fmt_bytes, hover, note
+from .base import figure, fmt_bytes, hover, note, plural
 from .palette import SERIES
 
 MAX_POINTS = 5000
@@ -31,13 +31,13 @@ def liveness_data(profile, max_points: int = MAX_POINTS) -> dict[str, np.ndarray
         data = {k: (np.maximum.reduceat(v, starts) if k in _VALUES else v[starts])
                 for k, v in data.items()}
         sizes = np.diff(np.append(starts, n))
-        data["name"] = np.asarray([f"{a} (+{s - 1} steps)" if s > 1 else a
+        data["name"] = np.asarray([f"{a} (+{plural(s - 1, 'step')})" if s > 1 else a
                                    for a, s in zip(data["name"], sizes)], object)
     data["peak_fraction"] = data["peak_tile"] / profile.bytes_per_tile
     return data
 
 
-def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 900):
+def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 620):
     """Memory in use over the executed steps: all tiles together (left axis) and the fullest
     tile (right axis), from profile.liveness()."""
     data = liveness_data(profile, max_points)

@@ -12,6 +12,7 @@ from .palette import OTHER, PHASE_COLORS
 
 MAX_STEPS = 500      # executed steps drawn at most (a Repeat can execute thousands) ...
 MAX_BARS = 20_000    # ... and no more steps than fit in this many bars
+WIDTH = 560          # plot area (px): with tile labels, legend and toolbar, < 1,000 px
 
 
 def _step_bars(phases, groups: TileGroups) -> dict[str, np.ndarray]:
@@ -73,25 +74,35 @@ def bsp_trace_data(profile, groups: TileGroups, first_step: int = 0, max_steps: 
     return cols, records
 
 
+def _span(first_step: int, shown: int, total: int) -> str:
+    """Which executed steps a trace draws: '5 steps', or 'steps 500–999 of 1,200 (0-based)'."""
+    if shown == total:
+        return plural(total, "step")
+    if not shown:
+        return f"no steps from step {first_step:,} on ({plural(total, 'step')} in all)"
+    last = first_step + shown - 1
+    which = f"step {first_step:,}" if shown == 1 else f"steps {first_step:,}–{last:,}"
+    return f"{which} of {total:,} (0-based)"
+
+
 def bsp_trace(profile, max_rows: int = 64, *, first_step: int = 0, max_steps: int = MAX_STEPS,
-              max_bars: int | None = MAX_BARS, width: int = 900):
+              max_bars: int | None = MAX_BARS, width: int = WIDTH):
     """Executed steps as bars per (step, phase, tile group), tiles in at most max_rows groups.
 
     A bar's length is the group's slowest tile in that phase (so the longest bar of a phase is
     the phase's BSP time). Steps from `first_step` are drawn, at most `max_steps` of them and
     no more than fit in `max_bars` bars (always at least one; None: no limit); the title says
-    which.
+    which. Steps are numbered from 0 by their position in profile.steps (the `step` column;
+    `index` is the compiled step). `width` is the plot area's width in pixels (the tile labels,
+    legend and toolbar come on top).
     """
     groups = tile_groups(profile.num_tiles, profile.tiles_per_ipu, max_rows)
     data, shown = bsp_trace_data(profile, groups, first_step, max_steps, max_bars)
-    total = len(profile.steps)
-    span = (f"steps {first_step}–{first_step + len(shown) - 1} of {total}"
-            if len(shown) < total else f"{total} steps")
     rows = len(groups)
-    size = int(groups.sizes.max()) if rows else 0
-    title = f"BSP trace — {span}, {fmt_cycles(profile.total_cycles, profile.clock_hz)} in all"
-    detail = (f"{rows} rows of up to {plural(size, 'tile')}; a bar is one phase "
-              "of one step, as long as the row's slowest tile spent in it")
+    title = (f"BSP trace — {_span(first_step, len(shown), len(profile.steps))}, "
+             f"{fmt_cycles(profile.total_cycles, profile.clock_hz)} in all")
+    detail = (f"{groups.describe('row')}; a bar is one phase of one step, as long as the "
+              "row's slowest tile spent in it")
     lo = shown[0].start if shown else 0
     hi = shown[-1].start + shown[-1].cycles if shown else 1
     fig = figure(title, "BSP time (cycles)", "tiles", subtitle=detail, selectable=True,
@@ -104,8 +115,9 @@ def bsp_trace(profile, max_rows: int = 64, *, first_step: int = 0, max_steps: in
                     line_width=1, name="step_starts")
     source = ColumnDataSource(data, name="phases")
     bars = fig.hbar(y="row", left="left", right="right", height=0.8, source=source,
-                    name="phases", fill_color="color", line_color=None, legend_group="phase",
-                    nonselection_fill_alpha=0.25, selection_line_color="black")
+                    name="phases_glyphs", fill_color="color", line_color=None,
+                    legend_group="phase", nonselection_fill_alpha=0.25,
+                    selection_line_color="black")
     fig.add_layout(fig.legend[0], "right")
     fig.legend.title = "phase"
     every = max(1, -(-rows // 16))
@@ -116,7 +128,8 @@ def bsp_trace(profile, max_rows: int = 64, *, first_step: int = 0, max_steps: in
     fig.ygrid.visible = False
     if not data["row"].size:
         note(fig, "no steps were executed" if not shown else "no phase took any cycles")
-    hover(fig, [bars], [("step", "@step: @name (@kind)"), ("phase", "@phase"),
+    hover(fig, [bars], [("step", "@step: @name (@kind; compiled step @index)"),
+                        ("phase", "@phase"),
                         ("cycles", "@cycles{0,0} (@us{0.000} µs) "
                                    "of the phase's @phase_cycles{0,0}"),
                         ("tiles", "@tiles (@active busy of @group_size)"),

@@ -15,9 +15,7 @@ from jupyter_bokeh import BokehModel
 from .. import viz
 from ..errors import EngineError
 from ..poplar.profile import Profile
-
-#: Phase kinds in BSP order (as in the profile's step records).
-PHASES = ("sync", "exchange", "inter_ipu_exchange", "host_exchange", "compute")
+from ..viz.base import plural
 
 
 def profile_of(engine, widget: str) -> Profile:
@@ -104,7 +102,7 @@ def tile_ranges(tiles, limit: int = 12) -> str:
     breaks = np.flatnonzero(np.diff(t) != 1) + 1
     starts, ends = t[np.r_[0, breaks]], t[np.r_[breaks - 1, t.size - 1]]
     runs = [f"{a}" if a == b else f"{a}–{b}" for a, b in zip(starts[:limit], ends[:limit])]
-    return ", ".join(runs) + (f", … ({starts.size - limit:,} more runs)"
+    return ", ".join(runs) + (f", … ({plural(starts.size - limit, 'more run')})"
                               if starts.size > limit else "")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ipywidgets as W
 
 from .. import viz
+from ..viz.base import plural
 from ._common import bokeh_pane, esc, fmt_int, profile_of
 from .bsp_player import BSPPlayer
 from .graph_inspector import GraphInspector
@@ -56,8 +57,8 @@ class ProfileDashboard(W.Tab):
     def _exchange(self) -> W.Widget:
         p = self.profile
         src, _, nbytes = p.exchange_traffic()
-        note = W.HTML(f"<b>{fmt_int(nbytes.sum())} B</b> moved between {src.size:,} pairs of "
-                      "tiles over the run")
+        note = W.HTML(f"<b>{fmt_int(nbytes.sum())} B</b> moved between "
+                      f"{plural(src.size, 'pair')} of tiles over the run")
         return W.VBox([note, bokeh_pane(viz.exchange_matrix(p))])
 
     def _graph(self) -> W.Widget:

@@ -6,6 +6,7 @@ import re
 import ipywidgets as W
 import numpy as np
 
+from ..viz.base import plural
 from ._common import esc, fmt_int, profile_of, table, tile_ranges, where
 
 MAX_VERTICES = 500   # options in the vertex list; narrow it with the tile filter
@@ -24,7 +25,8 @@ def parse_tiles(text: str, num_tiles: int) -> np.ndarray | None:
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) else lo
         if not 0 <= lo <= hi < num_tiles:
-            raise ValueError(f"tiles {part.strip()} are outside 0-{num_tiles - 1}")
+            raise ValueError(f"{'tile' if lo == hi else 'tiles'} {part.strip()} "
+                             f"{'is' if lo == hi else 'are'} outside 0-{num_tiles - 1}")
         out.append(np.arange(lo, hi + 1))
     return np.concatenate(out)
 
@@ -41,7 +43,7 @@ class GraphInspector(W.VBox):
         self._variables = {v["name"]: v for v in g.variables()}
         counts = np.bincount(g.vertex_cs, minlength=len(g.compute_sets))
         self.compute_set = W.Dropdown(
-            options=[(f"{name} ({counts[i]:,} vertices)", i)
+            options=[(f"{name} ({plural(counts[i], 'vertex', 'vertices')})", i)
                      for i, name in enumerate(g.compute_sets)],
             value=None, description="compute set", style={"description_width": "initial"},
             layout=W.Layout(width="420px"))
@@ -56,8 +58,9 @@ class GraphInspector(W.VBox):
                                layout=W.Layout(width="420px"))
         self.tensor_html = W.HTML()
         super().__init__([
-            W.HTML(f"<b>{len(g.compute_sets):,} compute sets, {g.num_vertices:,} vertices, "
-                   f"{len(self._variables):,} variables</b> (as compiled)"),
+            W.HTML(f"<b>{plural(len(g.compute_sets), 'compute set')}, "
+                   f"{plural(g.num_vertices, 'vertex', 'vertices')}, "
+                   f"{plural(len(self._variables), 'variable')}</b> (as compiled)"),
             W.HBox([self.compute_set, self.tile_filter]), self.status,
             W.HBox([self.vertex, self.vertex_html]),
             W.HBox([self.tensor, self.tensor_html])])
@@ -84,7 +87,7 @@ class GraphInspector(W.VBox):
         if tiles is not None:
             ids = ids[np.isin(g.vertex_tile[ids], tiles)]
         shown = ids[:MAX_VERTICES].tolist()
-        self.status.value = (f"{ids.size:,} vertices" + (f", showing the first {len(shown):,}: "
+        self.status.value = (plural(ids.size, "vertex", "vertices") + (f", showing the first {len(shown):,}: "
                              "narrow them with a tile filter" if len(shown) < ids.size else ""))
         self.vertex.options = [(f"{v}: {g.vertex_codelet[v]} on tile {g.vertex_tile[v]}", v)
                                for v in shown]
@@ -130,6 +133,6 @@ class GraphInspector(W.VBox):
         self.tensor_html.value = (
             f"<b>{'constant' if info['constant'] else 'variable'} {esc(name)}</b>: "
             f"{esc(info['dtype'])} {esc(info['shape'])}, "
-            f"{fmt_int(sum(per_tile.values()))} elements on {len(per_tile):,} tiles "
+            f"{plural(sum(per_tile.values()), 'element')} on {plural(len(per_tile), 'tile')} "
             f"({esc(tile_ranges(tiles))})"
             + table(["tile", "elements"], rows, MAX_TILE_ROWS, empty="not mapped"))
