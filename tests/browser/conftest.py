@@ -3,7 +3,11 @@
 A skipped browser test looks like any other "s" in pytest's progress line; this prints one
 unmissable last line instead: "BROWSER TEST: ran (...)", "BROWSER TEST: SKIPPED (reason)" or
 "BROWSER TEST: could not run (reason)".
+
+The notebooks kept here (bow2000_views.ipynb) are run by the browser test only: `make test`'s
+--nbval-lax would otherwise collect them as nbval tests too (testpaths include tests/).
 """
+collect_ignore_glob = ["*.ipynb"]
 _outcomes = []          # (when, outcome, reason)
 PREFIX = "browser test skipped: "
 

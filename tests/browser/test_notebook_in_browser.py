@@ -7,7 +7,9 @@ ipywidgets render as widgets (not as "VBox(...)" text) and the bokeh figures dra
 The test starts its own JupyterLab (127.0.0.1, free port, no token, throw-away config/data/
 runtime dirs with a "python3" kernelspec pointing at this interpreter), runs a copy of each
 notebook (the committed notebook keeps no outputs) and saves a screenshot of the whole notebook
-to test-artifacts/browser/. It needs /usr/bin/chromium (apt-get install chromium) and the
+to test-artifacts/browser/. Besides the course notebooks it runs tests/browser/bow2000_views.ipynb
+(every viz figure and widget for a full Bow-2000, issue 3), which must finish within its
+TIME_LIMITS entry. It needs /usr/bin/chromium (apt-get install chromium) and the
 playwright package (the `dev` extra; Playwright's own browser download is never used). Without
 them it skips, and tests/browser/conftest.py prints "BROWSER TEST: SKIPPED (reason)"; with
 IPULAB_REQUIRE_BROWSER_TEST=1 (set by .ci/run) it fails instead of skipping.
@@ -34,6 +36,13 @@ NOTEBOOKS = {
     "notebooks/00_welcome_the_ipu.ipynb": {"widgets", "bokeh"},
     "notebooks/02_bsp_supersteps.ipynb": {"widgets"},
     "notebooks/05_profiling.ipynb": {"widgets", "bokeh"},
+    "tests/browser/bow2000_views.ipynb": {"widgets", "bokeh"},
+}
+# notebook -> seconds from "Run All Cells" until every cell has executed and every widget and
+# bokeh figure has rendered; over it, the test fails (RUN only bounds how long the test waits
+# for a notebook without a limit).
+TIME_LIMITS = {
+    "tests/browser/bow2000_views.ipynb": 120,   # issue 3: the full Bow-2000 figures render in time
 }
 WIDGETS = {nb for nb, wants in NOTEBOOKS.items() if "widgets" in wants}
 BOKEH = {nb for nb, wants in NOTEBOOKS.items() if "bokeh" in wants}
@@ -221,6 +230,8 @@ STATE_JS = """(panelSel) => {
         count: c.executionCount,
         widgetViews: c.outputs.toJSON().filter(
             o => o.data && 'application/vnd.jupyter.widget-view+json' in o.data).length,
+        bokehShows: c.outputs.toJSON().filter(
+            o => o.data && 'application/vnd.bokehjs_exec.v0+json' in o.data).length,
         errors: c.outputs.toJSON().filter(o => o.output_type === 'error')
             .map(o => `${o.ename}: ${o.evalue}`)}));
     }
@@ -228,6 +239,22 @@ STATE_JS = """(panelSel) => {
   return {panel: true, status: ind ? ind.dataset.status : null, prompts, stderr, model, cells,
           kernel, exposed: !!window.jupyterapp,
           dialog: !!document.querySelector('.jp-Dialog')};
+}"""
+
+
+# How many outputs outside ipywidgets hold a canvas: each bokeh show() draws one figure or
+# layout in its own output. BokehJS 3 draws inside shadow roots, which querySelectorAll does not
+# enter, so this walks them.
+BOKEH_DRAWN_JS = """(panelSel) => {
+  const panel = document.querySelector(panelSel);
+  if (!panel) return 0;
+  const canvases = (root) => {
+    let n = root.querySelectorAll('canvas').length;
+    for (const el of root.querySelectorAll('*')) if (el.shadowRoot) n += canvases(el.shadowRoot);
+    return n;
+  };
+  return [...panel.querySelectorAll('.jp-OutputArea-output')]
+      .filter(o => !o.querySelector('.jupyter-widgets') && canvases(o) > 0).length;
 }"""
 
 
@@ -396,15 +423,21 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
             notes.append("window.jupyterapp not exposed: DOM checks only")
         notes.append(f"kernel {state.get('kernel')}")
 
+        limit = TIME_LIMITS.get(notebook)
+        run_start = time.monotonic()
         notes.append(f"run via {_run_all(page)}")
-        deadline = time.monotonic() + RUN
+        deadline = run_start + (limit if limit is not None else RUN)
         while not _finished(snapshot(), n_code):
             if time.monotonic() > deadline:
+                if limit is not None:
+                    fail(f"cells still not all executed {limit} s after Run All "
+                         f"(its time limit, TIME_LIMITS)")
                 fail(f"cells still not all executed after {RUN:.0f} s")
             if state.get("dialog"):
                 notes.append(f"dialog during run: {_dismiss_dialogs(page)!r:.200}")
             page.wait_for_timeout(500)
         run_seconds = time.monotonic() - t0
+        notes.append(f"Run All to last cell {time.monotonic() - run_start:.1f} s")
 
         errors = _errors(state)
         if errors:
@@ -440,6 +473,23 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
                 fail(f"bokeh canvas has no size: {box}")
             notes.append(f"{canvas.count()} bokeh canvas(es), first {box['width']:.0f}x"
                          f"{box['height']:.0f}")
+            # Every show() drawn, not only the first (the model knows how many there were).
+            shows = sum(c.get("bokehShows", 0) for c in state.get("model") or [])
+            deadline = time.monotonic() + RENDER
+            while (drawn := page.evaluate(BOKEH_DRAWN_JS, PANEL)) < shows \
+                    and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+            notes.append(f"{drawn} bokeh outputs drawn for {shows} show() outputs")
+            if drawn < shows:
+                fail(f"only {drawn} of {shows} bokeh show() outputs drew a canvas")
+        if limit is not None:
+            # The limit covers rendering too: from Run All until every check above passed
+            # (+1 s: the wait above polls every 0.5 s).
+            rendered_seconds = time.monotonic() - run_start
+            notes.append(f"Run All to all rendered {rendered_seconds:.1f} s (limit {limit} s)")
+            if rendered_seconds > limit + 1:
+                fail(f"Run All to everything rendered took {rendered_seconds:.1f} s, over its "
+                     f"time limit of {limit} s")
         failed = False
         print(f"\n{notebook}: {n_code} code cells ran in the browser in {run_seconds:.1f} s "
               f"(page load to last cell); {'; '.join(notes)}")
