@@ -31,6 +31,15 @@ class Target:
     exchange_bytes_per_cycle = property(lambda self: self.chip.exchange_bytes_per_cycle)
     clock_hz = property(lambda self: self.chip.clock_hz)
 
+    @property
+    def peak_fp32_flops(self) -> float:
+        """Peak fp32 FLOP/s of THIS target: its tiles at the chip's rate (fewer tiles, less)."""
+        return self.chip.fp32_flops_per_cycle_per_tile * self.num_tiles * self.clock_hz
+
+    @property
+    def peak_fp16_flops(self) -> float:
+        return self.chip.fp16_flops_per_cycle_per_tile * self.num_tiles * self.clock_hz
+
     def __repr__(self) -> str:
         return (f"Target({self.arch}, {self.num_ipus} IPU(s) x {self.tiles_per_ipu} tiles, "
                 f"{self.system.name})")

@@ -384,3 +384,10 @@ def test_copy_between_ipus_uses_the_links():
     assert (prof.sync_cycles == t.sync_cycles("external")).all()
     assert t.sync_cycles("external") > t.sync_cycles("internal") == 150
     assert prof.total_cycles == t.sync_cycles("external") + link
+
+
+def test_target_peak_counts_its_own_tiles():
+    full = ipulab.devices.bow2000().target
+    assert abs(full.peak_fp16_flops - 4 * full.chip.peak_fp16_flops) < 1e6   # ~1.4 PFLOPS
+    small = ipulab.devices.ipu("ipu2", tiles_per_ipu=48).target
+    assert small.peak_fp32_flops == 32 * 48 * 1.33e9

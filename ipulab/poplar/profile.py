@@ -65,8 +65,11 @@ class Profile:
             start += step.cycles
         self.traffic = compiled.traffic
         self.graph = compiled.graph
-        self._steps, self._counts = compiled.steps, np.bincount(
-            np.asarray(trace, np.int64), minlength=len(compiled.steps))
+        # what the views need of each compiled step, without its action (and so its copy
+        # plans): a kept profile must not pin the engine's compiled program in memory
+        self._vertex_cycles = [st.vertex_cycles for st in compiled.steps]
+        self._temporary_bytes = [st.temporary_bytes for st in compiled.steps]
+        self._counts = np.bincount(np.asarray(trace, np.int64), minlength=len(compiled.steps))
 
     @property
     def total_seconds(self) -> float:
@@ -80,7 +83,7 @@ class Profile:
         """Over the run: codelet -> vertex executions and summed cycle estimates."""
         out: dict[str, dict] = {}
         for i in np.flatnonzero(self._counts):
-            for name, (n, cycles) in self._steps[i].vertex_cycles.items():
+            for name, (n, cycles) in self._vertex_cycles[i].items():
                 d = out.setdefault(name, {"vertices": 0, "cycles": 0})
                 d["vertices"] += int(self._counts[i]) * n
                 d["cycles"] += int(self._counts[i]) * cycles
@@ -104,7 +107,7 @@ class Profile:
         always = self.memory_total - self.memory["exchange_buffers"]
         total, peak = [], []
         for rec in self.steps:
-            temp = self._steps[rec.index].temporary_bytes
+            temp = self._temporary_bytes[rec.index]
             tile_bytes = always if temp is None else always + temp
             total.append(int(tile_bytes.sum()))
             peak.append(int(tile_bytes.max()) if tile_bytes.size else 0)
