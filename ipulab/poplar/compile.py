@@ -24,7 +24,7 @@ from ..machine.kernels import first_marked, slot_runs, slots_in_place
 from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
-from .graph import DataStream, GraphState
+from .graph import DataStream, GraphState, RemoteBuffer
 from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
@@ -473,6 +473,8 @@ class Compiler:
     # --- copies, streams, control -----------------------------------------------------------
     def copy(self, p: prog.Copy) -> bsp.Step:
         src, dst = p.src, p.dst
+        if isinstance(src, RemoteBuffer) or isinstance(dst, RemoteBuffer):
+            return self.remote_copy(p)
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self.stream_copy(p)
         key = src.dtype.storage.name
@@ -574,6 +576,56 @@ class Compiler:
             return bsp.Predicate(step, lambda state: not state.arenas[key][addr])
         return bsp.Predicate(step, lambda state: state.arenas[key][addr])
 
+    def remote_copy(self, p: prog.Copy) -> bsp.Step:
+        """Tensor <-> remote buffer rows, every replica its own buffer; costed on the
+        streaming-memory bandwidth of each machine (shared by the machine's IPUs)."""
+        to_buffer = isinstance(p.dst, RemoteBuffer)
+        buf, t = (p.dst, p.src) if to_buffer else (p.src, p.dst)
+        key = t.dtype.storage.name
+        ids = t.ids.ravel()
+        if not to_buffer:
+            self._check_destination(ids, key, t, p.name)
+        tiles = self._rep_tiles(self.tile_of[key][ids])
+        ids = self._rep_addrs(key, ids)
+        r, n, repeats = self.r, buf.num_elements, buf.repeats
+        rows_per_replica = 1 if p.offset is None else p.offset.num_elements()
+        replica_of_row = np.repeat(np.arange(r, dtype=np.int64), rows_per_replica)
+        cols = np.arange(n, dtype=np.int64)
+        if p.offset is not None:
+            okey = p.offset.dtype.storage.name
+            off_ids = self._rep_addrs(okey, p.offset.ids.ravel())
+
+        step = bsp.Step("remote_copy", p.name, self.T)
+        step.add("sync", self.target.sync_cycles("external"))
+        machine = self.target.machine_of(tiles)
+        per_machine = np.bincount(machine, minlength=self.target.system.num_machines)
+        cycles = np.array([self.target.streaming_cycles(int(b) * t.dtype.size)
+                           for b in per_machine], np.int64)
+        host = np.zeros(self.T, np.int64)
+        host[tiles] = cycles[machine]
+        step.add("host_exchange", host)
+        name, storage = buf.name, t.dtype.storage
+
+        def action(state):
+            if p.offset is None:
+                rows = np.zeros(replica_of_row.size, np.int64)
+            else:
+                rows = state.arenas[okey][off_ids].astype(np.int64)
+                bad = np.flatnonzero((rows < 0) | (rows >= repeats))
+                if bad.size:
+                    raise EngineError(
+                        f"{p.name}: offset {rows[bad[0]]} (replica {replica_of_row[bad[0]]}) "
+                        f"is outside remote buffer '{name}', which has rows 0 to {repeats - 1}")
+            flat = ((replica_of_row * repeats + rows)[:, None] * n + cols).ravel()
+            store = state.remote[name]
+            if to_buffer:
+                store[flat] = state.arenas[key][ids]
+            else:
+                state.arenas[key][ids] = store[flat].astype(storage)
+        step.action = action
+        self._add_step(step)
+        return step
+
     # --- program tree -------------------------------------------------------------------------
     def lower(self, p) -> object:
         if isinstance(p, prog.Sequence):
@@ -645,6 +697,8 @@ def _parts_of(p):
             yield from _parts_of(c)
     elif isinstance(p, prog.Copy):
         yield from (p.src, p.dst)
+        if p.offset is not None:
+            yield p.offset
     elif isinstance(p, prog.Execute):
         yield p.cs
     elif isinstance(p, prog.PrintTensor):

@@ -5,6 +5,8 @@ Replicated graphs (Graph(target, replication_factor=r)): the host sees every rep
     r * n elements): block i goes to replica i; read_tensor returns shape (r, *tensor.shape).
   - a FIFO of n elements moves r * n elements per copy: replica i reads (or writes) the i-th
     block of n, so a connected array must hold a positive multiple of r * n elements.
+  - remote buffers: read_remote_buffer(name) has shape (r, repeats, num_elements) and
+    write_remote_buffer(name, a) takes as many elements.
 With r = 1 (an ordinary graph) the leading replica axis is not there.
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ class _RunState:
 
     def __init__(self, engine: "Engine"):
         self.arenas, self.arenas_ro = engine._arenas, engine._arenas_ro
+        self.remote = engine._remote
         self.trace: list[int] = []
         self._engine = engine
         self._pos = dict(engine._stream_pos)
@@ -111,6 +114,8 @@ class Engine:
         self._stride = self._compiled.replica_stride
         self._handles = dict(st.handles)
         self._streams = dict(st.streams)
+        self._remote_buffers = dict(st.remote_buffers)
+        self._remote: dict[str, np.ndarray] = {}
         self._constants = [v for v in st.variables if v.is_constant]
         self._device = None
         self._trace = self._profile = None
@@ -135,6 +140,10 @@ class Engine:
             for i in range(self.replication_factor):
                 lo = v.offset + i * self._stride[key]
                 self._arenas[key][lo:lo + v.size] = v.values
+        # streaming memory: every replica's rows of every remote buffer, zeroed at load
+        self._remote = {name: np.zeros(self.replication_factor * b.repeats * b.num_elements,
+                                       b.dtype.storage)
+                        for name, b in self._remote_buffers.items()}
         self._device = device
 
     def _require_loaded(self, what: str) -> None:
@@ -222,6 +231,36 @@ class Engine:
                                   "writeable, C-contiguous array")
         self._stream_buf[name] = array.reshape(-1)
         self._stream_pos[name] = 0
+
+    # --- remote buffers (streaming memory) ----------------------------------------------------
+    def _remote_buffer(self, name: str):
+        if name not in self._remote_buffers:
+            raise EngineError(f"no remote buffer {name!r}; known: "
+                              f"{list(self._remote_buffers) or 'none'}")
+        return self._remote_buffers[name]
+
+    def _remote_shape(self, b) -> tuple:
+        r = self.replication_factor
+        return ((r,) if r > 1 else ()) + (b.repeats, b.num_elements)
+
+    def read_remote_buffer(self, name: str) -> np.ndarray:
+        """A copy of a remote buffer's contents from the host: shape (repeats, num_elements),
+        or (r, repeats, num_elements) on a replicated graph."""
+        b = self._remote_buffer(name)
+        self._require_loaded("read_remote_buffer()")
+        return self._remote[name].reshape(self._remote_shape(b)).astype(b.dtype.host)
+
+    def write_remote_buffer(self, name: str, array) -> None:
+        """Fill a remote buffer from the host (for tests and set-up): as many elements as
+        read_remote_buffer returns, of the buffer's exact dtype, in the same order."""
+        b = self._remote_buffer(name)
+        self._require_loaded("write_remote_buffer()")
+        a = np.asarray(array)
+        shape = self._remote_shape(b)
+        self._check_host_array(f"remote buffer '{name}' (shape {list(shape)})", b, a,
+                               int(np.prod(shape)))
+        vals = a.ravel().astype(b.dtype.storage)
+        self._remote[name][:] = round_half(vals) if b.dtype.rounds_to_half else vals
 
     # --- profile -------------------------------------------------------------------------------
     def profile(self) -> Profile:

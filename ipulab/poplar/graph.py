@@ -69,6 +69,24 @@ class DataStream:
     graph: object = field(default=None, repr=False, compare=False)
 
 
+@dataclass
+class RemoteBuffer:
+    """Poplar's RemoteBuffer: `repeats` rows of `num_elements` in streaming memory (off-chip,
+    per replica). Copy(tensor, buffer, offset) writes rows, Copy(buffer, tensor, offset) reads
+    them; the contents persist across runs of an engine."""
+
+    name: str
+    dtype: Type
+    num_elements: int
+    repeats: int
+    graph: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes of one replica's buffer (all its repeats)."""
+        return self.repeats * self.num_elements * self.dtype.size
+
+
 class VertexRef:
     """Handle to a vertex; v["field"] names one of its fields for connect()."""
 
@@ -113,6 +131,7 @@ class GraphState:
         self.v_conns: list[dict] = []
         self.handles: dict[str, tuple[str, Tensor]] = {}
         self.streams: dict[str, DataStream] = {}
+        self.remote_buffers: dict[str, RemoteBuffer] = {}
         self._by_start: dict[tuple[str, int], Variable] = {}
 
     def arena(self, dtype: Type) -> Arena:
@@ -382,8 +401,9 @@ class Graph:
 
     # --- host handles and streams ----------------------------------------------------------
     def _new_handle(self, name: str) -> None:
-        if name in self._state.handles or name in self._state.streams:
-            raise GraphError(f"handle or stream name {name!r} is already used")
+        st = self._state
+        if name in st.handles or name in st.streams or name in st.remote_buffers:
+            raise GraphError(f"handle, stream or remote buffer name {name!r} is already used")
 
     def create_host_write(self, handle: str, tensor: Tensor) -> None:
         self._own(tensor)
@@ -408,6 +428,33 @@ class Graph:
 
     def add_device_to_host_fifo(self, name: str, dtype, num_elements: int) -> DataStream:
         return self._fifo(name, dtype, num_elements, "device_to_host")
+
+    # --- streaming memory ----------------------------------------------------------------------
+    def add_remote_buffer(self, name: str, dtype, num_elements: int,
+                          repeats: int = 1) -> RemoteBuffer:
+        """A buffer of `repeats` rows of num_elements in streaming memory (one per replica).
+
+        Move data with prog.Copy(tensor, buffer, offset) and prog.Copy(buffer, tensor, offset):
+        the offset tensor (INT or UNSIGNED_INT, k elements) picks the rows, and the tensor has
+        k * num_elements elements; without an offset the copy moves row 0.
+        """
+        self._new_handle(name)
+        dtype = as_type(dtype)
+        if int(num_elements) < 1 or int(repeats) < 1:
+            raise GraphError(f"remote buffer {name!r} needs at least one element and one "
+                             f"repeat, not {num_elements} x {repeats}")
+        buf = RemoteBuffer(name, dtype, int(num_elements), int(repeats), self._state)
+        st = self._state
+        capacity = st.target.system.streaming_memory_bytes
+        used = sum(b.num_bytes for b in st.remote_buffers.values()) + buf.num_bytes
+        if capacity and used * st.replication_factor > capacity:
+            raise GraphError(
+                f"remote buffer {name!r}: {used * st.replication_factor:,} bytes of remote "
+                f"buffers (over {st.replication_factor} replica(s)) exceed the "
+                f"{capacity:,} bytes of streaming memory of {st.target.system.description}")
+        st.remote_buffers[name] = buf
+        return buf
+
 
 def _check_replication(target: Target, r) -> None:
     """A replication factor must cut the tiles into equal replicas, each made of whole IPUs
