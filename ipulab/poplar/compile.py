@@ -576,6 +576,38 @@ class Compiler:
             return bsp.Predicate(step, lambda state: not state.arenas[key][addr])
         return bsp.Predicate(step, lambda state: state.arenas[key][addr])
 
+    def cross_replica_copy(self, p: prog.CrossReplicaCopy) -> bsp.Step:
+        """Copies between replicas (built by gcl): ONE exchange, over IPU-Links between
+        replicas on different IPUs. Addresses and tiles are given per replica, explicitly."""
+        src_all, dst_all, st_all, dt_all = [], [], [], []
+        key, elem_bytes = None, 1
+        for a, src, b, dst in p.moves:
+            for x in (a, b):
+                if not 0 <= x < self.r:
+                    raise ProgramError(f"{p.name}: replica {x} does not exist (the graph has "
+                                       f"{self.r} replica(s))")
+            key, elem_bytes = src.dtype.storage.name, src.dtype.size
+            s, d = src.ids.ravel(), dst.ids.ravel()
+            if self.is_const[key][d].any():
+                raise ProgramError(f"{p.name}: destination '{dst.name}' is a constant")
+            src_all.append(s + a * self.V[key]), dst_all.append(d + b * self.V[key])
+            st_all.append(self.tile_of[key][s] + a * self.R)
+            dt_all.append(self.tile_of[key][d] + b * self.R)
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        d_all = cat(dst_all)
+        if first_duplicate(d_all) is not None:
+            raise ProgramError(f"{p.name}: some elements are written twice")
+        plan = CopyPlan(self.target, cat(src_all), d_all, cat(st_all), cat(dt_all), elem_bytes)
+        step = bsp.Step("cross_replica_copy", p.name, self.T)
+        on_tile = self._plan_phases(step, [(plan, key)] if key else [])
+        step.add("compute", on_tile)
+        step.compute_excluding_idle = on_tile
+        if key is not None:
+            step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
+        self._add_step(step)
+        self._traffic(step.index, [plan])
+        return step
+
     def remote_copy(self, p: prog.Copy) -> bsp.Step:
         """Tensor <-> remote buffer rows, every replica its own buffer; costed on the
         streaming-memory bandwidth of each machine (shared by the machine's IPUs)."""
@@ -634,6 +666,8 @@ class Compiler:
             return self.execute(p.cs)
         if isinstance(p, prog.Copy):
             return self.copy(p)
+        if isinstance(p, prog.CrossReplicaCopy):
+            return self.cross_replica_copy(p)
         if isinstance(p, prog.PrintTensor):
             return self.print_tensor(p)
         if isinstance(p, prog.Sync):
@@ -699,6 +733,9 @@ def _parts_of(p):
         yield from (p.src, p.dst)
         if p.offset is not None:
             yield p.offset
+    elif isinstance(p, prog.CrossReplicaCopy):
+        for _, src, _, dst in p.moves:
+            yield from (src, dst)
     elif isinstance(p, prog.Execute):
         yield p.cs
     elif isinstance(p, prog.PrintTensor):

@@ -109,6 +109,32 @@ class Copy(Program):
         self.name = name or f"Copy {arrow}" + (f" [{offset.name}]" if offset is not None else "")
 
 
+class CrossReplicaCopy(Program):
+    """Internal (ipulab.gcl builds it): copies between the replicas of a replicated graph.
+
+    moves: [(src_replica, src tensor, dst_replica, dst tensor)]: the src tensor's elements on
+    replica src_replica go to the dst tensor's elements on replica dst_replica. All moves run
+    as ONE exchange (over IPU-Links where the replicas sit on different IPUs)."""
+
+    def __init__(self, moves, name: str = "cross-replica copy"):
+        self.moves, self.name = [], name
+        for m in moves:
+            try:
+                a, src, b, dst = m
+            except (TypeError, ValueError):
+                raise ProgramError(f"{name}: a move is (src_replica, src, dst_replica, dst), "
+                                   f"not {m!r}") from None
+            if not isinstance(src, Tensor) or not isinstance(dst, Tensor):
+                raise ProgramError(f"{name}: moves copy tensors, got {src!r} and {dst!r}")
+            if src.num_elements() != dst.num_elements() or src.dtype is not dst.dtype:
+                raise ProgramError(f"{name}: '{src.name}' and '{dst.name}' differ in size "
+                                   "or type")
+            self.moves.append((int(a), src, int(b), dst))
+        types = {s.dtype.name for _, s, _, _ in self.moves}
+        if len(types) > 1:
+            raise ProgramError(f"{name}: all moves must have one element type, got {types}")
+
+
 def _check_predicate(pred, what: str) -> Tensor:
     if not isinstance(pred, Tensor) or pred.num_elements() != 1:
         raise ProgramError(f"{what} needs a one-element predicate tensor, got {pred!r}")
