@@ -156,6 +156,10 @@ class System:
     ipus_per_machine: int = 4
     links_within_machine: int = 2   # links joining each pair of IPUs inside one machine [MODEL]
     links_between_machines: int = 2  # links from an IPU to the same IPU of the next machine
+    # Streaming memory (remote buffers) bandwidth of ONE machine, shared by its IPUs; 0 means
+    # the system has no streaming memory of its own and remote buffers live in host memory,
+    # reached over the host link.
+    streaming_memory_bytes_per_second: float = 0.0
 
     @property
     def num_machines(self) -> int:
@@ -179,6 +183,11 @@ class System:
     def peak_fp16_flops(self) -> float:
         return self.chip.peak_fp16_flops * self.num_ipus
 
+    @property
+    def streaming_bytes_per_second(self) -> float:
+        """Bandwidth to remote buffers per machine: streaming memory, else the host link."""
+        return self.streaming_memory_bytes_per_second or self.host_link_bytes_per_second
+
 
 def _single(chip: Chip) -> System:
     return System(chip.name, f"one {chip.description}", chip, 1, chip.host_link_bytes_per_second)
@@ -186,6 +195,11 @@ def _single(chip: Chip) -> System:
 
 # Gateway: 2 x 100 Gbit/s links per Bow-2000 [GC-BOW].
 _GATEWAY = 2 * 100e9 / 8
+# Streaming memory: DDR4 on each machine's IPU-Gateway [GC-IPU2, GC-BOW give the capacity
+# only]. [MODEL] No bandwidth is published with the capacity, so we take the gateway's own
+# link rate (2 x 100 Gbit/s = 25 GB/s) for the path between a machine's IPUs and its
+# streaming memory, shared by the machine's 4 IPUs.
+_STREAMING = _GATEWAY
 
 SYSTEMS = {
     "ipu1": _single(ipu1),
@@ -195,14 +209,18 @@ SYSTEMS = {
     "c2": System("c2", "C2 card: 2 x Mk1 GC2", ipu1, 2, _PCIE4_X16,
                  ipus_per_machine=2, links_within_machine=3),
     # IPU-M2000: 4 x GC200, 1 PFLOPS fp16, up to 448 GB streaming memory [GC-IPU2].
-    "m2000": System("m2000", "IPU-M2000: 4 x GC200", ipu2, 4, _GATEWAY, 448 * 10**9),
+    "m2000": System("m2000", "IPU-M2000: 4 x GC200", ipu2, 4, _GATEWAY, 448 * 10**9,
+                     streaming_memory_bytes_per_second=_STREAMING),
     # Bow-2000: 4 x Bow IPU, 1.4 PFLOPS fp16, up to 256 GB streaming memory [GC-BOW].
-    "bow2000": System("bow2000", "Bow-2000: 4 x Bow IPU", bow, 4, _GATEWAY, 256 * 10**9),
+    "bow2000": System("bow2000", "Bow-2000: 4 x Bow IPU", bow, 4, _GATEWAY, 256 * 10**9,
+                      streaming_memory_bytes_per_second=_STREAMING),
     # Bow Pods: 4 / 16 / 64 Bow-2000s [GC-BOW].
-    "pod16": System("pod16", "Bow Pod16: 4 x Bow-2000", bow, 16, _GATEWAY, 4 * 256 * 10**9),
-    "pod64": System("pod64", "Bow Pod64: 16 x Bow-2000", bow, 64, _GATEWAY, 16 * 256 * 10**9),
+    "pod16": System("pod16", "Bow Pod16: 4 x Bow-2000", bow, 16, _GATEWAY, 4 * 256 * 10**9,
+                    streaming_memory_bytes_per_second=_STREAMING),
+    "pod64": System("pod64", "Bow Pod64: 16 x Bow-2000", bow, 64, _GATEWAY, 16 * 256 * 10**9,
+                    streaming_memory_bytes_per_second=_STREAMING),
     "pod256": System("pod256", "Bow Pod256: 64 x Bow-2000", bow, 256, _GATEWAY,
-                     64 * 256 * 10**9),
+                     64 * 256 * 10**9, streaming_memory_bytes_per_second=_STREAMING),
 }
 
 

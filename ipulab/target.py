@@ -73,6 +73,18 @@ class Target:
         rate = self.system.host_link_bytes_per_second
         return self.cycles(self.cost.host_latency_s + nbytes / rate)
 
+    def machine_of(self, tiles: np.ndarray) -> np.ndarray:
+        """The machine (e.g. Bow-2000 of a Pod) each tile's IPU belongs to."""
+        return self.ipu_of(tiles) // self.system.ipus_per_machine
+
+    def streaming_cycles(self, nbytes: int) -> int:
+        """Moving nbytes between one machine's IPUs and its streaming memory (remote buffers);
+        on a system without streaming memory, over the host link. Same latency as the host."""
+        if nbytes <= 0:
+            return 0
+        return self.cycles(self.cost.host_latency_s
+                           + nbytes / self.system.streaming_bytes_per_second)
+
     def link_cycles(self, nbytes: int, src_ipu: int, dst_ipu: int) -> int:
         links, hops = self.system.route(src_ipu, dst_ipu)
         if nbytes <= 0 or links == 0:

@@ -592,7 +592,7 @@ def test_bad_types_and_shapes(g4):
     with pytest.raises(GraphError):
         poplar.Graph("ipu2")
     with pytest.raises(GraphError):
-        poplar.Graph(ipulab.devices.ipu("ipu2", tiles_per_ipu=4).target, replication_factor=2)
+        poplar.Graph(ipulab.devices.ipu("ipu2", tiles_per_ipu=4).target, replication_factor=3)
     with pytest.raises(GraphError):
         ipulab.IPUModel("ipu9")
     with pytest.raises(GraphError):

@@ -413,6 +413,11 @@ def test_reduce_every_op_over_random_dims(dev16, case, data, how, seed, tall):
             if x_ is n:
                 np.testing.assert_array_equal(got, want, err_msg=op)
             else:
+                if op == "mul" and axes:
+                    # a float32 product (or a partial one) may overflow where float64's does
+                    # not: compare only outputs whose every partial product fits float32
+                    fits = REFERENCE["mul"](np.maximum(np.abs(x_), 1.0), axes) < 1e38
+                    got, want = np.where(fits, got, 0), np.where(fits, want, 0)
                 np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5, err_msg=op)
 
 

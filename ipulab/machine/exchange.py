@@ -50,6 +50,7 @@ class CopyPlan:
     def _set_runs(self, target, src_start, dst_start, length, src_tile, dst_tile, elem_bytes):
         self.src_start, self.dst_start, self.length = src_start, dst_start, length
         self.src_tile, self.dst_tile = src_tile, dst_tile
+        self.elem_bytes = elem_bytes
         self.bytes = self.length * elem_bytes
         self.num_elements = int(length.sum())
         # A copy reads everything before it writes anything: stage through a buffer if the

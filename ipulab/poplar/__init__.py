@@ -1,13 +1,14 @@
 """The Poplar-like graph API: Graph, tensors, codelets, programs, Engine, Profile."""
 from . import program
 from .engine import Engine
-from .graph import ComputeSet, DataStream, Graph, VertexRef
+from .graph import ComputeSet, DataStream, Graph, RemoteBuffer, VertexRef
 from .profile import Profile
 from .program import SyncType
 from .tensor import Tensor, concat
 from .types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
 from .vertex import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 
-__all__ = ["program", "Engine", "ComputeSet", "DataStream", "Graph", "VertexRef", "Profile",
+__all__ = ["program", "Engine", "ComputeSet", "DataStream", "Graph", "RemoteBuffer", "VertexRef",
+           "Profile",
            "SyncType", "Tensor", "concat", "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
            "Type", "InOut", "Input", "MultiVertex", "Output", "Vector", "VectorList", "Vertex"]

@@ -105,8 +105,11 @@ class Batch:
 
     def __init__(self, cls, params: list[str], mode: str, workers: int, vertex_ids: np.ndarray,
                  vertex_tiles: np.ndarray, cs_name: str, arena_keys: list[str],
-                 kinds: tuple, readonly: list[bool], off, ln, vl_first, vl_count, vl_off, vl_len):
+                 kinds: tuple, readonly: list[bool], off, ln, vl_first, vl_count, vl_off, vl_len,
+                 replicas: int = 1):
+        """With replicas > 1 the plan holds every replica's vertices, replica by replica."""
         self.cls, self.params, self.mode, self.workers = cls, params, mode, workers
+        self.replicas = replicas
         self.vertex_ids, self.vertex_tiles, self.cs_name = vertex_ids, vertex_tiles, cs_name
         self.arena_keys, self.kinds, self.readonly = arena_keys, kinds, readonly
         self.plan = (off, ln, vl_first, vl_count, vl_off, vl_len)
@@ -149,6 +152,9 @@ class Batch:
     def _run_error(self, e: Exception) -> CodeletError:
         k = int(self.progress[0])
         vid, tile = int(self.vertex_ids[k]), int(self.vertex_tiles[k])
+        if self.replicas > 1:
+            replica = k // (len(self.vertex_ids) // self.replicas)
+            tile = f"{tile} (replica {replica})"
         where = ""
         frames = [f for f in traceback.extract_tb(e.__traceback__)
                   if f.name == self.cls.compute.__name__]

@@ -3,12 +3,20 @@
 Lowering views to element addresses, grouping vertices into batches per codelet, deciding which
 field data must cross tiles (and allocating exchange buffers for it), checking hazards,
 building copy plans, precomputing cycles, and laying out tile memory.
+
+Replicated graphs (replication_factor r) are compiled ONCE, for replica 0, and every plan is
+then replicated by offsetting element addresses and tiles: replica i's tiles are
+[i*R, (i+1)*R) (R tiles a replica), and in each storage arena replica i's copy of the
+variables starts at i*V (V = the variables' size in that arena) while every exchange buffer
+of n elements is allocated r times in a row (replica i's copy at +i*n). A replicated plan
+is ONE plan holding all replicas' runs, so a run still makes one numba call per codelet
+batch and per copy plan, however many replicas there are.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import GraphError, ProgramError, TileMemoryError
+from ..errors import EngineError, GraphError, ProgramError, TileMemoryError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ..machine.exchange import CopyPlan
@@ -16,7 +24,7 @@ from ..machine.kernels import first_marked, slot_runs, slots_in_place
 from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
-from .graph import DataStream, GraphState
+from .graph import DataStream, GraphState, RemoteBuffer
 from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
@@ -42,14 +50,25 @@ class Compiled:
         self.memory: TileMemory | None = None
         self.vertex_stats: dict[str, dict] = {}
         self.traffic: dict[int, tuple] = {}   # step index -> (src_tile, dst_tile, bytes)
+        self.replication_factor = 1
+        self.replica_stride: dict[str, int] = {}   # per arena: V, replica i's variables at i*V
 
 
 class Compiler:
     def __init__(self, state: GraphState, mode: str):
         self.st, self.target, self.mode = state, state.target, mode
         self.T = self.target.num_tiles
+        self.r = state.replication_factor
+        self.R = self.T // self.r                     # tiles of one replica
+        # replicas in lock-step on different IPUs share every barrier: syncs are external
+        self.lockstep_external = self.r > 1 and self.target.num_ipus > 1
         self.out = Compiled()
-        self.sizes = {k: a.size for k, a in state.arenas.items()}
+        self.out.replication_factor = self.r
+        self.V = {k: a.size for k, a in state.arenas.items()}
+        self.out.replica_stride = dict(self.V)
+        self.sizes = {k: self.r * a.size for k, a in state.arenas.items()}
+        # per arena: region starts and their replica strides (variables, then each buffer)
+        self._regions = {k: ([0], [a.size]) for k, a in state.arenas.items()}
         self.tile_of = {k: a.tile_of[:a.size].copy() for k, a in state.arenas.items()}
         self.dummy = {k: np.zeros(1, a.dtype) for k, a in state.arenas.items()}
         self.dummy_ro = {}
@@ -75,9 +94,49 @@ class Compiler:
         return f"'{t.name}' (element {flat_index}, in variable '{var.name}')"
 
     def _buffer(self, key: str, n: int) -> int:
+        """Replica 0's address of a new n-element buffer (allocated once per replica)."""
         start = self.sizes[key]
-        self.sizes[key] += n
+        self.sizes[key] += self.r * n
+        if self.r > 1:
+            self._regions[key][0].append(start)
+            self._regions[key][1].append(n)
         return start
+
+    # --- replication: replica 0's plans -> every replica's ----------------------------------
+    def _strides(self, key: str, addrs: np.ndarray) -> np.ndarray:
+        """Per replica-0 address: how far replica 1's copy of it is (V or a buffer's size)."""
+        starts, strides = self._regions[key]
+        i = np.searchsorted(np.asarray(starts, np.int64), addrs, side="right") - 1
+        return np.asarray(strides, np.int64)[np.maximum(i, 0)]
+
+    def _rep_addrs(self, key: str, addrs) -> np.ndarray:
+        """Replica 0's addresses -> every replica's, replica by replica."""
+        addrs = np.asarray(addrs, np.int64)
+        if self.r == 1:
+            return addrs
+        stride = self._strides(key, addrs)
+        return np.concatenate([addrs + i * stride for i in range(self.r)])
+
+    def _rep_tiles(self, tiles) -> np.ndarray:
+        tiles = np.asarray(tiles, np.int64)
+        if self.r == 1:
+            return tiles
+        return np.concatenate([tiles + i * self.R for i in range(self.r)])
+
+    def _rep_per_tile(self, per_tile: np.ndarray) -> np.ndarray:
+        """A per-tile array of replica 0 (zero elsewhere) -> the same on every replica."""
+        if self.r == 1:
+            return per_tile
+        return np.tile(np.asarray(per_tile)[:self.R], self.r)
+
+    def _rep_plan(self, plan: CopyPlan, key: str) -> CopyPlan:
+        """Replica 0's copy plan -> ONE plan moving the same data on every replica."""
+        if self.r == 1:
+            return plan
+        return CopyPlan.from_runs(self.target, self._rep_addrs(key, plan.src_start),
+                                  self._rep_addrs(key, plan.dst_start),
+                                  np.tile(plan.length, self.r), self._rep_tiles(plan.src_tile),
+                                  self._rep_tiles(plan.dst_tile), plan.elem_bytes)
 
     def _add_step(self, step: bsp.Step) -> int:
         step.index = len(self.out.steps)
@@ -97,7 +156,7 @@ class Compiler:
         else:
             cyc = {k: np.zeros(self.T, np.int64) for k in ("exchange", "inter_ipu_exchange",
                                                            "on_tile_copy")}
-        crosses = cyc["inter_ipu_exchange"].any()
+        crosses = cyc["inter_ipu_exchange"].any() or self.lockstep_external
         step.add("sync", self.target.sync_cycles("external" if crosses else "internal"))
         step.add("exchange", cyc["exchange"])
         step.add("inter_ipu_exchange", cyc["inter_ipu_exchange"])
@@ -167,8 +226,10 @@ class Compiler:
             sel = np.flatnonzero(s_type == type_name)
             self._lower_slots(sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid,
                               s_offset, pre, post, half_out, cs_buffers)
+        cs_buffers = self._rep_per_tile(cs_buffers)
         self.buffers = np.maximum(self.buffers, cs_buffers)
         step.temporary_bytes = cs_buffers
+        half_out = {k: self._rep_addrs(k, idx) for k, idx in half_out.items()}
 
         # 2. batches per codelet
         batches, estimates = [], np.zeros(len(vids), np.int64)
@@ -184,18 +245,20 @@ class Compiler:
                 estimates[pos_of[vid]] = self._estimate(vid, cls, slot_lists[vid], s_field,
                                                         s_len)
             self.code_pairs.update((t, cls.__name__) for t in set(v_tile[members].tolist()))
+            # every replica runs the vertices: counts and cycles cover all replicas
             stats = self.out.vertex_stats.setdefault(cls.__name__, {"count": 0, "cycles": 0})
-            cycles = int(sum(estimates[pos_of[v]] for v in members))
-            stats["count"] += len(members)
+            cycles = self.r * int(sum(estimates[pos_of[v]] for v in members))
+            stats["count"] += self.r * len(members)
             stats["cycles"] += cycles
-            step.vertex_cycles[cls.__name__] = (len(members), cycles)
+            step.vertex_cycles[cls.__name__] = (self.r * len(members), cycles)
         self._vertex_state(vids, s_vid, s_field)
 
         # 3. cost
         on_tile_pre = self._plan_phases(step, pre)
         tiles = v_tile[vids]
         multi = np.fromiter((st.v_codelet[v].multi for v in vids.tolist()), bool, len(vids))
-        cycles, excl = compute_cost(self.target, tiles, estimates, multi)
+        cycles, excl = compute_cost(self.target, self._rep_tiles(tiles),
+                                    np.tile(estimates, self.r), np.tile(multi, self.r))
         step.add("compute", cycles + on_tile_pre)
         excluding_idle = excl + on_tile_pre
         if post:
@@ -276,7 +339,8 @@ class Compiler:
             if pick.size:
                 runs = slot_runs(cat, starts[pick], lens[pick], buf_start[mask], tiles[pick],
                                  self.tile_of[key], to_buffer)
-                plans.append((CopyPlan.from_runs(self.target, *runs, elem_bytes), key))
+                plans.append((self._rep_plan(CopyPlan.from_runs(self.target, *runs, elem_bytes),
+                                             key), key))
         for i, j in aliases:
             s_offset[sel[i]] = s_offset[sel[j]]
 
@@ -334,7 +398,7 @@ class Compiler:
         ln = np.zeros((V, len(flat_cols)), np.int64)
         vl_first = np.zeros((V, len(vl_cols)), np.int64)
         vl_count = np.zeros((V, len(vl_cols)), np.int64)
-        vl_off, vl_len = [], []
+        vl_off, vl_len, vl_key = [], [], []
         col_of = {fi: c for c, fi in enumerate(flat_cols)}
         vcol_of = {fi: c for c, fi in enumerate(vl_cols)}
         for row, vid in enumerate(members.tolist()):
@@ -348,12 +412,30 @@ class Compiler:
                         vl_first[row, c] = len(vl_off)
                     vl_count[row, c] += 1
                     vl_off.append(s_offset[s]), vl_len.append(s_len[s])
+                    vl_key.append(cls.fields[fi].dtype.storage.name)
         keys = [f.dtype.storage.name for _, f in order]
         readonly = [f.direction == "input" for _, f in order]
+        vl_off, vl_len = np.asarray(vl_off, np.int64), np.asarray(vl_len, np.int64)
+        tiles = np.asarray(self.st.v_tile, np.int64)[members]
+        if self.r > 1:   # the same vertices on every replica, in one plan
+            r, nvl = self.r, vl_off.size
+            stride = np.zeros_like(off)
+            for c, fi in enumerate(flat_cols):
+                stride[:, c] = self._strides(cls.fields[fi].dtype.storage.name, off[:, c])
+            vl_stride = np.zeros_like(vl_off)
+            for key in set(vl_key):
+                sel = np.asarray([k == key for k in vl_key], bool)
+                vl_stride[sel] = self._strides(key, vl_off[sel])
+            off = np.concatenate([off + i * stride for i in range(r)])
+            ln = np.tile(ln, (r, 1))
+            vl_first = np.concatenate([vl_first + i * nvl for i in range(r)])
+            vl_count = np.tile(vl_count, (r, 1))
+            vl_off = np.concatenate([vl_off + i * vl_stride for i in range(r)])
+            vl_len = np.tile(vl_len, r)
+            members, tiles = np.tile(members, r), self._rep_tiles(tiles)
         return Batch(cls, params, self.mode, self.target.num_worker_contexts, members,
-                     np.asarray(self.st.v_tile, np.int64)[members], cs_name, keys, kinds,
-                     readonly, off, ln, vl_first, vl_count, np.asarray(vl_off, np.int64),
-                     np.asarray(vl_len, np.int64))
+                     tiles, cs_name, keys, kinds, readonly, off, ln, vl_first, vl_count,
+                     vl_off, vl_len, replicas=self.r)
 
     def _estimate(self, vid, cls, slots, s_field, s_len) -> int:
         fixed = self.st.v_estimate[vid]
@@ -391,13 +473,15 @@ class Compiler:
     # --- copies, streams, control -----------------------------------------------------------
     def copy(self, p: prog.Copy) -> bsp.Step:
         src, dst = p.src, p.dst
+        if isinstance(src, RemoteBuffer) or isinstance(dst, RemoteBuffer):
+            return self.remote_copy(p)
         if isinstance(src, DataStream) or isinstance(dst, DataStream):
             return self.stream_copy(p)
         key = src.dtype.storage.name
         s, d = src.ids.ravel(), dst.ids.ravel()
         self._check_destination(d, key, dst, p.name)
-        plan = CopyPlan(self.target, s, d, self.tile_of[key][s], self.tile_of[key][d],
-                        src.dtype.size)
+        plan = self._rep_plan(CopyPlan(self.target, s, d, self.tile_of[key][s],
+                                       self.tile_of[key][d], src.dtype.size), key)
         step = bsp.Step("copy", p.name, self.T)
         on_tile = self._plan_phases(step, [(plan, key)])
         step.add("compute", on_tile)
@@ -421,13 +505,15 @@ class Compiler:
         ids = np.ascontiguousarray(tensor.ids.ravel())
         if to_device:
             self._check_destination(ids, key, tensor, p.name)
-        tiles = self.tile_of[key][ids]
+        tiles = self._rep_tiles(self.tile_of[key][ids])
+        ids = self._rep_addrs(key, ids)   # replica i's block is the i-th of the host's r blocks
         step = bsp.Step("stream_copy", p.name, self.T)
         step.add("sync", self.target.sync_cycles("external"))
         host = np.zeros(self.T, np.int64)
+        # [MODEL] every replica's block crosses the system's one host link
         host[np.unique(tiles)] = self.target.host_cycles(ids.size * tensor.dtype.size)
         step.add("host_exchange", host)
-        n, name, storage = stream.num_elements, stream.name, tensor.dtype.storage
+        n, name, storage = ids.size, stream.name, tensor.dtype.storage
 
         if to_device:
             def action(state):
@@ -444,11 +530,21 @@ class Compiler:
         key, ids = t.dtype.storage.name, t.ids
         step = bsp.Step("print", p.name, self.T)
         host = np.zeros(self.T, np.int64)
-        host[np.unique(self.tile_of[key][ids.ravel()])] = self.target.host_cycles(
-            t.num_elements() * t.dtype.size)
+        host[np.unique(self._rep_tiles(self.tile_of[key][ids.ravel()]))] = \
+            self.target.host_cycles(self.r * t.num_elements() * t.dtype.size)
         step.add("sync", self.target.sync_cycles("external"))
         step.add("host_exchange", host)
-        step.action = lambda state: state.print(p.title, state.arenas[key][ids].astype(t.dtype.host))
+        if self.r == 1:
+            step.action = lambda state: state.print(p.title,
+                                                    state.arenas[key][ids].astype(t.dtype.host))
+        else:   # one line (or block) per replica
+            rep_ids = self._rep_addrs(key, ids.ravel()).reshape((self.r,) + ids.shape)
+
+            def action(state):
+                values = state.arenas[key][rep_ids].astype(t.dtype.host)
+                for i, v in enumerate(values):
+                    state.print(f"{p.title} [replica {i}]", v)
+            step.action = action
         self._add_step(step)
         return step
 
@@ -464,9 +560,103 @@ class Compiler:
         step.add("sync", self.target.sync_cycles("external" if self.target.num_ipus > 1
                                                  else "internal"))
         self._add_step(step)
+        if self.r > 1:   # replicas run in lock-step: they must take the same branch
+            addrs = self._rep_addrs(key, [addr])
+
+            def read(state):
+                values = state.arenas[key][addrs]
+                if (values != values[0]).any():
+                    raise EngineError(
+                        f"{name}: the replicas disagree on predicate '{pred.name}' "
+                        f"({values.tolist()}); replicas run in lock-step, so control flow "
+                        "must be the same on all of them (e.g. all-reduce the predicate)")
+                return bool(values[0]) != negate
+            return bsp.Predicate(step, read)
         if negate:
             return bsp.Predicate(step, lambda state: not state.arenas[key][addr])
         return bsp.Predicate(step, lambda state: state.arenas[key][addr])
+
+    def cross_replica_copy(self, p: prog.CrossReplicaCopy) -> bsp.Step:
+        """Copies between replicas (built by gcl): ONE exchange, over IPU-Links between
+        replicas on different IPUs. Addresses and tiles are given per replica, explicitly."""
+        src_all, dst_all, st_all, dt_all = [], [], [], []
+        key, elem_bytes = None, 1
+        for a, src, b, dst in p.moves:
+            for x in (a, b):
+                if not 0 <= x < self.r:
+                    raise ProgramError(f"{p.name}: replica {x} does not exist (the graph has "
+                                       f"{self.r} replica(s))")
+            key, elem_bytes = src.dtype.storage.name, src.dtype.size
+            s, d = src.ids.ravel(), dst.ids.ravel()
+            if self.is_const[key][d].any():
+                raise ProgramError(f"{p.name}: destination '{dst.name}' is a constant")
+            src_all.append(s + a * self.V[key]), dst_all.append(d + b * self.V[key])
+            st_all.append(self.tile_of[key][s] + a * self.R)
+            dt_all.append(self.tile_of[key][d] + b * self.R)
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        d_all = cat(dst_all)
+        if first_duplicate(d_all) is not None:
+            raise ProgramError(f"{p.name}: some elements are written twice")
+        plan = CopyPlan(self.target, cat(src_all), d_all, cat(st_all), cat(dt_all), elem_bytes)
+        step = bsp.Step("cross_replica_copy", p.name, self.T)
+        on_tile = self._plan_phases(step, [(plan, key)] if key else [])
+        step.add("compute", on_tile)
+        step.compute_excluding_idle = on_tile
+        if key is not None:
+            step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
+        self._add_step(step)
+        self._traffic(step.index, [plan])
+        return step
+
+    def remote_copy(self, p: prog.Copy) -> bsp.Step:
+        """Tensor <-> remote buffer rows, every replica its own buffer; costed on the
+        streaming-memory bandwidth of each machine (shared by the machine's IPUs)."""
+        to_buffer = isinstance(p.dst, RemoteBuffer)
+        buf, t = (p.dst, p.src) if to_buffer else (p.src, p.dst)
+        key = t.dtype.storage.name
+        ids = t.ids.ravel()
+        if not to_buffer:
+            self._check_destination(ids, key, t, p.name)
+        tiles = self._rep_tiles(self.tile_of[key][ids])
+        ids = self._rep_addrs(key, ids)
+        r, n, repeats = self.r, buf.num_elements, buf.repeats
+        rows_per_replica = 1 if p.offset is None else p.offset.num_elements()
+        replica_of_row = np.repeat(np.arange(r, dtype=np.int64), rows_per_replica)
+        cols = np.arange(n, dtype=np.int64)
+        if p.offset is not None:
+            okey = p.offset.dtype.storage.name
+            off_ids = self._rep_addrs(okey, p.offset.ids.ravel())
+
+        step = bsp.Step("remote_copy", p.name, self.T)
+        step.add("sync", self.target.sync_cycles("external"))
+        machine = self.target.machine_of(tiles)
+        per_machine = np.bincount(machine, minlength=self.target.system.num_machines)
+        cycles = np.array([self.target.streaming_cycles(int(b) * t.dtype.size)
+                           for b in per_machine], np.int64)
+        host = np.zeros(self.T, np.int64)
+        host[tiles] = cycles[machine]
+        step.add("host_exchange", host)
+        name, storage = buf.name, t.dtype.storage
+
+        def action(state):
+            if p.offset is None:
+                rows = np.zeros(replica_of_row.size, np.int64)
+            else:
+                rows = state.arenas[okey][off_ids].astype(np.int64)
+                bad = np.flatnonzero((rows < 0) | (rows >= repeats))
+                if bad.size:
+                    raise EngineError(
+                        f"{p.name}: offset {rows[bad[0]]} (replica {replica_of_row[bad[0]]}) "
+                        f"is outside remote buffer '{name}', which has rows 0 to {repeats - 1}")
+            flat = ((replica_of_row * repeats + rows)[:, None] * n + cols).ravel()
+            store = state.remote[name]
+            if to_buffer:
+                store[flat] = state.arenas[key][ids]
+            else:
+                state.arenas[key][ids] = store[flat].astype(storage)
+        step.action = action
+        self._add_step(step)
+        return step
 
     # --- program tree -------------------------------------------------------------------------
     def lower(self, p) -> object:
@@ -476,6 +666,8 @@ class Compiler:
             return self.execute(p.cs)
         if isinstance(p, prog.Copy):
             return self.copy(p)
+        if isinstance(p, prog.CrossReplicaCopy):
+            return self.cross_replica_copy(p)
         if isinstance(p, prog.PrintTensor):
             return self.print_tensor(p)
         if isinstance(p, prog.Sync):
@@ -502,17 +694,18 @@ class Compiler:
         tiles, sizes, cats, owners, names = [], [], [], [], []
         for vi, v in enumerate(st.variables):
             t = self.tile_of[v.dtype.storage.name][v.offset:v.offset + v.size]
-            per_tile = np.bincount(t, minlength=self.T)
+            per_tile = self._rep_per_tile(np.bincount(t, minlength=self.T))
             nz = np.flatnonzero(per_tile)
             tiles.append(nz), sizes.append(per_tile[nz] * v.dtype.size)
             cat = CATEGORY["constants" if v.is_constant else "variables"]
             cats.append(np.full(nz.size, cat)), owners.append(np.full(nz.size, vi))
             names.append(v.name)
-        extra = [("vertex state", "vertex_state", self.vstate),
+        extra = [("vertex state", "vertex_state", self._rep_per_tile(self.vstate)),
                  ("exchange buffers", "exchange_buffers", self.buffers)]
         code = np.zeros(self.T, np.int64)
         for t, _ in self.code_pairs:
             code[t] += c.codelet_code_bytes
+        code = self._rep_per_tile(code)
         control = np.zeros(self.T, np.int64)
         for step in self.out.steps:
             active = np.zeros(self.T, bool)
@@ -538,6 +731,11 @@ def _parts_of(p):
             yield from _parts_of(c)
     elif isinstance(p, prog.Copy):
         yield from (p.src, p.dst)
+        if p.offset is not None:
+            yield p.offset
+    elif isinstance(p, prog.CrossReplicaCopy):
+        for _, src, _, dst in p.moves:
+            yield from (src, dst)
     elif isinstance(p, prog.Execute):
         yield p.cs
     elif isinstance(p, prog.PrintTensor):

@@ -1,4 +1,14 @@
-"""Engine: compile once (in the constructor), load onto a device, run many times."""
+"""Engine: compile once (in the constructor), load onto a device, run many times.
+
+Replicated graphs (Graph(target, replication_factor=r)): the host sees every replica at once.
+  - write_tensor(handle, a) takes r blocks (a of shape (r, *tensor.shape), or any shape of
+    r * n elements): block i goes to replica i; read_tensor returns shape (r, *tensor.shape).
+  - a FIFO of n elements moves r * n elements per copy: replica i reads (or writes) the i-th
+    block of n, so a connected array must hold a positive multiple of r * n elements.
+  - remote buffers: read_remote_buffer(name) has shape (r, repeats, num_elements) and
+    write_remote_buffer(name, a) takes as many elements.
+With r = 1 (an ordinary graph) the leading replica axis is not there.
+"""
 from __future__ import annotations
 
 import sys
@@ -50,6 +60,7 @@ class _RunState:
 
     def __init__(self, engine: "Engine"):
         self.arenas, self.arenas_ro = engine._arenas, engine._arenas_ro
+        self.remote = engine._remote
         self.trace: list[int] = []
         self._engine = engine
         self._pos = dict(engine._stream_pos)
@@ -99,8 +110,12 @@ class Engine:
         self.target = graph._state.target
         self._compiled = compile_graph(graph._state, programs, self.mode)
         st = graph._state
+        self.replication_factor = st.replication_factor
+        self._stride = self._compiled.replica_stride
         self._handles = dict(st.handles)
         self._streams = dict(st.streams)
+        self._remote_buffers = dict(st.remote_buffers)
+        self._remote: dict[str, np.ndarray] = {}
         self._constants = [v for v in st.variables if v.is_constant]
         self._device = None
         self._trace = self._profile = None
@@ -121,7 +136,14 @@ class Engine:
             ro.flags.writeable = False
             self._arenas_ro[k] = ro
         for v in self._constants:
-            self._arenas[v.dtype.storage.name][v.offset:v.offset + v.size] = v.values
+            key = v.dtype.storage.name
+            for i in range(self.replication_factor):
+                lo = v.offset + i * self._stride[key]
+                self._arenas[key][lo:lo + v.size] = v.values
+        # streaming memory: every replica's rows of every remote buffer, zeroed at load
+        self._remote = {name: np.zeros(self.replication_factor * b.repeats * b.num_elements,
+                                       b.dtype.storage)
+                        for name, b in self._remote_buffers.items()}
         self._device = device
 
     def _require_loaded(self, what: str) -> None:
@@ -149,21 +171,37 @@ class Engine:
                               f"(create one with g.create_host_{mode}(name, tensor))")
         return self._handles[name][1]
 
+    def _replica_ids(self, t) -> np.ndarray:
+        """The tensor's element addresses on every replica: shape (r, *t.shape), or t.shape
+        for an ordinary graph."""
+        r = self.replication_factor
+        if r == 1:
+            return t.ids
+        stride = self._stride[t.dtype.storage.name]
+        return t.ids[None] + (np.arange(r, dtype=np.int64) * stride).reshape(
+            (r,) + (1,) * t.rank)
+
     def write_tensor(self, handle: str, array) -> None:
-        """Copy a host array into the tensor behind a host-write handle."""
+        """Copy a host array into the tensor behind a host-write handle.
+
+        On a replicated graph the array holds one block per replica (shape (r, *shape))."""
         t = self._handle(handle, "write")
         self._require_loaded("write_tensor()")
         a = np.asarray(array)
-        self._check_host_array(f"handle '{handle}'", t, a, t.num_elements())
+        r = self.replication_factor
+        what = f"handle '{handle}'" + (f" (r={r} replicas x {t.num_elements()})" if r > 1
+                                       else "")
+        self._check_host_array(what, t, a, r * t.num_elements())
         vals = a.ravel().astype(t.dtype.storage)
-        self._arenas[t.dtype.storage.name][t.ids.ravel()] = (
+        self._arenas[t.dtype.storage.name][self._replica_ids(t).ravel()] = (
             round_half(vals) if t.dtype.rounds_to_half else vals)
 
     def read_tensor(self, handle: str) -> np.ndarray:
-        """A new host array with the values of the tensor behind a host-read handle."""
+        """A new host array with the values of the tensor behind a host-read handle
+        (shape (r, *shape) on a replicated graph: replica i's values at [i])."""
         t = self._handle(handle, "read")
         self._require_loaded("read_tensor()")
-        return self._arenas[t.dtype.storage.name][t.ids].astype(t.dtype.host)
+        return self._arenas[t.dtype.storage.name][self._replica_ids(t)].astype(t.dtype.host)
 
     @staticmethod
     def _check_host_array(what: str, t, a: np.ndarray, n: int, multiple: bool = False) -> None:
@@ -183,13 +221,46 @@ class Engine:
         s = self._streams[name]
         if not isinstance(array, np.ndarray):
             raise EngineError(f"stream '{name}' needs a numpy array, not {type(array).__name__}")
-        self._check_host_array(f"stream '{name}'", s, array, s.num_elements, multiple=True)
+        r = self.replication_factor
+        what = f"stream '{name}'" + (f" ({r} replicas x {s.num_elements} elements a copy)"
+                                     if r > 1 else "")
+        self._check_host_array(what, s, array, r * s.num_elements, multiple=True)
         if s.direction == "device_to_host":
             if not (array.flags.c_contiguous and array.flags.writeable):
                 raise EngineError(f"stream '{name}' writes into the array in place: pass a "
                                   "writeable, C-contiguous array")
         self._stream_buf[name] = array.reshape(-1)
         self._stream_pos[name] = 0
+
+    # --- remote buffers (streaming memory) ----------------------------------------------------
+    def _remote_buffer(self, name: str):
+        if name not in self._remote_buffers:
+            raise EngineError(f"no remote buffer {name!r}; known: "
+                              f"{list(self._remote_buffers) or 'none'}")
+        return self._remote_buffers[name]
+
+    def _remote_shape(self, b) -> tuple:
+        r = self.replication_factor
+        return ((r,) if r > 1 else ()) + (b.repeats, b.num_elements)
+
+    def read_remote_buffer(self, name: str) -> np.ndarray:
+        """A copy of a remote buffer's contents from the host: shape (repeats, num_elements),
+        or (r, repeats, num_elements) on a replicated graph."""
+        b = self._remote_buffer(name)
+        self._require_loaded("read_remote_buffer()")
+        return self._remote[name].reshape(self._remote_shape(b)).astype(b.dtype.host)
+
+    def write_remote_buffer(self, name: str, array) -> None:
+        """Fill a remote buffer from the host (for tests and set-up): as many elements as
+        read_remote_buffer returns, of the buffer's exact dtype, in the same order."""
+        b = self._remote_buffer(name)
+        self._require_loaded("write_remote_buffer()")
+        a = np.asarray(array)
+        shape = self._remote_shape(b)
+        self._check_host_array(f"remote buffer '{name}' (shape {list(shape)})", b, a,
+                               int(np.prod(shape)))
+        vals = a.ravel().astype(b.dtype.storage)
+        self._remote[name][:] = round_half(vals) if b.dtype.rounds_to_half else vals
 
     # --- profile -------------------------------------------------------------------------------
     def profile(self) -> Profile:

@@ -60,13 +60,31 @@ class ComputeSet:
 
 @dataclass
 class DataStream:
-    """A host FIFO: host_to_device or device_to_host, num_elements per copy."""
+    """A host FIFO: host_to_device or device_to_host, num_elements per copy (per replica)."""
 
     name: str
     dtype: Type
     num_elements: int
     direction: str
     graph: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class RemoteBuffer:
+    """Poplar's RemoteBuffer: `repeats` rows of `num_elements` in streaming memory (off-chip,
+    per replica). Copy(tensor, buffer, offset) writes rows, Copy(buffer, tensor, offset) reads
+    them; the contents persist across runs of an engine."""
+
+    name: str
+    dtype: Type
+    num_elements: int
+    repeats: int
+    graph: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_bytes(self) -> int:
+        """Bytes of one replica's buffer (all its repeats)."""
+        return self.repeats * self.num_elements * self.dtype.size
 
 
 class VertexRef:
@@ -96,8 +114,10 @@ class FieldRef:
 class GraphState:
     """Everything a graph holds; shared by a graph and its virtual graphs."""
 
-    def __init__(self, target: Target):
+    def __init__(self, target: Target, replication_factor: int = 1):
         self.target = target
+        self.replication_factor = replication_factor
+        self.replica_tiles = target.num_tiles // replication_factor   # tiles of one replica
         self.arenas: dict[str, Arena] = {}
         self.variables: list[Variable] = []
         self.var_starts: dict[str, list[int]] = {}   # per arena: offsets, for naming elements
@@ -111,6 +131,7 @@ class GraphState:
         self.v_conns: list[dict] = []
         self.handles: dict[str, tuple[str, Tensor]] = {}
         self.streams: dict[str, DataStream] = {}
+        self.remote_buffers: dict[str, RemoteBuffer] = {}
         self._by_start: dict[tuple[str, int], Variable] = {}
 
     def arena(self, dtype: Type) -> Arena:
@@ -142,20 +163,38 @@ class GraphState:
 
 
 class Graph:
-    """Poplar's Graph for a target (or device); create_virtual_graph gives a tile-range view."""
+    """Poplar's Graph for a target (or device); create_virtual_graph gives a tile-range view.
+
+    Graph(target, replication_factor=r) is a replicated graph: the target's tiles are cut into
+    r equal consecutive ranges, one per replica, and the graph describes ONE replica (its
+    `target.num_tiles` is the per-replica count, tiles numbered from 0 as in Poplar). Every
+    variable exists once per replica, mapped alike, and programs run on every replica in
+    lock-step. Host FIFOs and host handles move r blocks, one per replica (see Engine).
+    """
 
     def __init__(self, target_or_device, replication_factor: int = 1, *, _state=None,
                  _tile_range=None):
         target = getattr(target_or_device, "target", target_or_device)
         if not isinstance(target, Target):
             raise GraphError(f"Graph needs a Target or a Device, not {type(target).__name__}")
-        if replication_factor != 1:
-            raise GraphError("replicated graphs (replication_factor > 1) are not supported "
-                             "in this release; use replication_factor=1")
-        self._state = _state or GraphState(target)
-        self.replication_factor = replication_factor
-        self._lo, self._hi = _tile_range or (0, target.num_tiles)
-        self.target = target if _tile_range is None else _VirtualTarget(target, *_tile_range)
+        if _state is None:
+            _check_replication(target, replication_factor)
+            _state = GraphState(target, int(replication_factor))
+        self._state = _state
+        self._lo, self._hi = _tile_range or (0, _state.replica_tiles)
+        if _tile_range is None and _state.replication_factor == 1:
+            self.target = target
+        else:
+            self.target = _VirtualTarget(target, self._lo, self._hi,
+                                         _state.replication_factor)
+
+    @property
+    def replication_factor(self) -> int:
+        """How many replicas run this graph (1 for an ordinary graph)."""
+        return self._state.replication_factor
+
+    def get_replication_factor(self) -> int:
+        return self._state.replication_factor
 
     # --- tiles --------------------------------------------------------------------------------
     def _tile(self, tile) -> int:
@@ -174,6 +213,10 @@ class Graph:
                              f"within 0..{n}")
         return Graph(self._state.target, _state=self._state,
                      _tile_range=(self._lo + lo_tile, self._lo + hi_tile))
+
+    def _top(self) -> "Graph":
+        """The whole (per-replica) graph this one is a view of."""
+        return Graph(self._state.target, _state=self._state)
 
     # --- variables ----------------------------------------------------------------------------
     def _tensor_of(self, var: Variable) -> Tensor:
@@ -358,8 +401,9 @@ class Graph:
 
     # --- host handles and streams ----------------------------------------------------------
     def _new_handle(self, name: str) -> None:
-        if name in self._state.handles or name in self._state.streams:
-            raise GraphError(f"handle or stream name {name!r} is already used")
+        st = self._state
+        if name in st.handles or name in st.streams or name in st.remote_buffers:
+            raise GraphError(f"handle, stream or remote buffer name {name!r} is already used")
 
     def create_host_write(self, handle: str, tensor: Tensor) -> None:
         self._own(tensor)
@@ -385,12 +429,64 @@ class Graph:
     def add_device_to_host_fifo(self, name: str, dtype, num_elements: int) -> DataStream:
         return self._fifo(name, dtype, num_elements, "device_to_host")
 
+    # --- streaming memory ----------------------------------------------------------------------
+    def add_remote_buffer(self, name: str, dtype, num_elements: int,
+                          repeats: int = 1) -> RemoteBuffer:
+        """A buffer of `repeats` rows of num_elements in streaming memory (one per replica).
+
+        Move data with prog.Copy(tensor, buffer, offset) and prog.Copy(buffer, tensor, offset):
+        the offset tensor (INT or UNSIGNED_INT, k elements) picks the rows, and the tensor has
+        k * num_elements elements; without an offset the copy moves row 0.
+        """
+        self._new_handle(name)
+        dtype = as_type(dtype)
+        if int(num_elements) < 1 or int(repeats) < 1:
+            raise GraphError(f"remote buffer {name!r} needs at least one element and one "
+                             f"repeat, not {num_elements} x {repeats}")
+        buf = RemoteBuffer(name, dtype, int(num_elements), int(repeats), self._state)
+        st = self._state
+        capacity = st.target.system.streaming_memory_bytes
+        used = sum(b.num_bytes for b in st.remote_buffers.values()) + buf.num_bytes
+        if capacity and used * st.replication_factor > capacity:
+            raise GraphError(
+                f"remote buffer {name!r}: {used * st.replication_factor:,} bytes of remote "
+                f"buffers (over {st.replication_factor} replica(s)) exceed the "
+                f"{capacity:,} bytes of streaming memory of {st.target.system.description}")
+        st.remote_buffers[name] = buf
+        return buf
+
+
+def _check_replication(target: Target, r) -> None:
+    """A replication factor must cut the tiles into equal replicas, each made of whole IPUs
+    or of an equal part of one IPU (so no replica straddles an IPU boundary)."""
+    if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)) or r < 1:
+        raise GraphError(f"replication_factor must be a positive integer, not {r!r}")
+    T, tpi = target.num_tiles, target.tiles_per_ipu
+    per = T // r
+    if T % r or (per % tpi if per >= tpi else tpi % per):
+        raise GraphError(
+            f"replication_factor {r} does not fit {target!r}: each replica needs an equal "
+            f"share of the {T} tiles that is whole IPUs or an equal part of one IPU "
+            f"(r must divide the {target.num_ipus} IPU(s), or be a multiple of it that "
+            f"divides the {T} tiles)")
+
 
 class _VirtualTarget:
-    """The target seen by a virtual graph: the same machine, fewer tiles."""
+    """The target seen by a virtual or replicated graph: the same machine, fewer tiles.
 
-    def __init__(self, target: Target, lo: int, hi: int):
+    For a replicated graph it also reports one replica's IPUs: num_ipus and tiles_per_ipu
+    describe a replica (a replica smaller than an IPU counts as one IPU of its tiles)."""
+
+    def __init__(self, target: Target, lo: int, hi: int, replication_factor: int = 1):
         self._target, self.tile_base, self.num_tiles = target, lo, hi - lo
+        if replication_factor > 1:
+            per = target.num_tiles // replication_factor
+            self.tiles_per_ipu = min(target.tiles_per_ipu, per)
+            self.num_ipus = per // self.tiles_per_ipu
 
     def __getattr__(self, name):
         return getattr(self._target, name)
+
+    def __repr__(self) -> str:
+        return f"VirtualTarget({self._target!r}, tiles [{self.tile_base}, " \
+               f"{self.tile_base + self.num_tiles}))"

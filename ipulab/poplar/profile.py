@@ -51,6 +51,7 @@ class Profile:
         self.num_tiles, self.tiles_per_ipu = target.num_tiles, target.tiles_per_ipu
         self.bytes_per_tile, self.clock_hz = target.bytes_per_tile, target.clock_hz
         self.total_cycles = int(s["total"])
+        self.replication_factor = compiled.replication_factor   # per-tile arrays cover all
         for attr, phase in _PER_TILE.items():
             setattr(self, attr, s["per_tile"][phase])
         self.compute_cycles_excluding_idle = s["compute_excluding_idle"]
@@ -125,6 +126,7 @@ class Profile:
     def to_dict(self) -> dict:
         d = {"arch": self.arch, "num_ipus": self.num_ipus, "num_tiles": self.num_tiles,
              "tiles_per_ipu": self.tiles_per_ipu, "bytes_per_tile": self.bytes_per_tile,
+             "replication_factor": self.replication_factor,
              "clock_hz": self.clock_hz, "total_cycles": self.total_cycles,
              "total_seconds": self.total_seconds,
              "compute_cycles_excluding_idle": self.compute_cycles_excluding_idle.tolist(),
@@ -145,7 +147,8 @@ class Profile:
         busiest = int(np.argmax(mem)) if mem.size else 0
         lines = [
             f"Target: {self.arch}, {self.num_ipus} IPU(s) x {self.tiles_per_ipu} tiles, "
-            f"{self.clock_hz / 1e6:,.1f} MHz",
+            f"{self.clock_hz / 1e6:,.1f} MHz"
+            + (f", {self.replication_factor} replicas" if self.replication_factor > 1 else ""),
             "",
             "Memory",
             f"  total          {used:>14,} B of {capacity:,} B ({100 * used / capacity:.2f} %)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import ProgramError
-from .graph import ComputeSet, DataStream
+from .graph import ComputeSet, DataStream, RemoteBuffer
 from .tensor import Tensor
 
 
@@ -43,13 +43,25 @@ class Execute(Program):
 
 
 class Copy(Program):
-    """Copy tensor -> tensor, stream -> tensor or tensor -> stream (elements in flattened order)."""
+    """Copy tensor -> tensor, stream -> tensor, tensor -> stream (elements in flattened order),
+    or between a tensor and a remote buffer: Copy(tensor, buffer, offset) writes rows of the
+    buffer, Copy(buffer, tensor, offset) reads them. `offset` is an INT / UNSIGNED_INT tensor
+    of k elements choosing the rows (the tensor then has k * buffer.num_elements elements);
+    without it the copy moves row 0."""
 
-    def __init__(self, src, dst, name: str = ""):
+    def __init__(self, src, dst, offset=None, name: str = ""):
+        if isinstance(offset, str) and not name:   # Copy(src, dst, "name") still works
+            offset, name = None, offset
+        remote = [x for x in (src, dst) if isinstance(x, RemoteBuffer)]
+        if remote:
+            self._remote(src, dst, offset, name)
+            return
+        if offset is not None:
+            raise ProgramError("Copy takes an offset only between a tensor and a remote buffer")
         for side, x in (("source", src), ("destination", dst)):
             if not isinstance(x, (Tensor, DataStream)):
-                raise ProgramError(f"Copy {side} must be a tensor or a stream, "
-                                   f"not {type(x).__name__}")
+                raise ProgramError(f"Copy {side} must be a tensor, a stream or a remote "
+                                   f"buffer, not {type(x).__name__}")
         if isinstance(src, DataStream) and isinstance(dst, DataStream):
             raise ProgramError("Copy cannot connect two streams")
         for s in (src, dst):
@@ -66,7 +78,61 @@ class Copy(Program):
         if src.dtype is not dst.dtype:
             raise ProgramError(f"Copy from '{src.name}' ({src.dtype}) to '{dst.name}' "
                                f"({dst.dtype}): types differ; cast first")
-        self.src, self.dst, self.name = src, dst, name or f"Copy {src.name} -> {dst.name}"
+        self.src, self.dst, self.offset = src, dst, None
+        self.name = name or f"Copy {src.name} -> {dst.name}"
+
+    def _remote(self, src, dst, offset, name: str) -> None:
+        to_buffer = isinstance(dst, RemoteBuffer)
+        buf, t = (dst, src) if to_buffer else (src, dst)
+        if not isinstance(t, Tensor):
+            raise ProgramError(f"Copy to or from remote buffer '{buf.name}' needs a tensor on "
+                               f"the other side, not {type(t).__name__}")
+        if offset is not None:
+            if not isinstance(offset, Tensor) or offset.dtype.host.kind not in "iu" or \
+                    offset.rank > 1:
+                raise ProgramError(f"Copy with remote buffer '{buf.name}': the offset must be "
+                                   f"an INT or UNSIGNED_INT tensor of rank 0 or 1, got {offset!r}")
+            if t._graph is not offset._graph:
+                raise ProgramError(f"offset '{offset.name}' belongs to another graph")
+        rows = 1 if offset is None else offset.num_elements()
+        if t.num_elements() != rows * buf.num_elements:
+            raise ProgramError(
+                f"Copy between tensor '{t.name}' ({t.num_elements()} elements) and remote buffer "
+                f"'{buf.name}' ({buf.num_elements} elements a row): the tensor needs "
+                f"{rows} x {buf.num_elements} = {rows * buf.num_elements} elements "
+                f"(one row per offset)")
+        if t.dtype is not buf.dtype:
+            raise ProgramError(f"Copy between tensor '{t.name}' ({t.dtype}) and remote buffer "
+                               f"'{buf.name}' ({buf.dtype}): types differ; cast first")
+        self.src, self.dst, self.offset = src, dst, offset
+        arrow = f"{src.name} -> {dst.name}"
+        self.name = name or f"Copy {arrow}" + (f" [{offset.name}]" if offset is not None else "")
+
+
+class CrossReplicaCopy(Program):
+    """Internal (ipulab.gcl builds it): copies between the replicas of a replicated graph.
+
+    moves: [(src_replica, src tensor, dst_replica, dst tensor)]: the src tensor's elements on
+    replica src_replica go to the dst tensor's elements on replica dst_replica. All moves run
+    as ONE exchange (over IPU-Links where the replicas sit on different IPUs)."""
+
+    def __init__(self, moves, name: str = "cross-replica copy"):
+        self.moves, self.name = [], name
+        for m in moves:
+            try:
+                a, src, b, dst = m
+            except (TypeError, ValueError):
+                raise ProgramError(f"{name}: a move is (src_replica, src, dst_replica, dst), "
+                                   f"not {m!r}") from None
+            if not isinstance(src, Tensor) or not isinstance(dst, Tensor):
+                raise ProgramError(f"{name}: moves copy tensors, got {src!r} and {dst!r}")
+            if src.num_elements() != dst.num_elements() or src.dtype is not dst.dtype:
+                raise ProgramError(f"{name}: '{src.name}' and '{dst.name}' differ in size "
+                                   "or type")
+            self.moves.append((int(a), src, int(b), dst))
+        types = {s.dtype.name for _, s, _, _ in self.moves}
+        if len(types) > 1:
+            raise ProgramError(f"{name}: all moves must have one element type, got {types}")
 
 
 def _check_predicate(pred, what: str) -> Tensor:

@@ -1,0 +1,233 @@
+"""gcl.all_reduce: a ring all-reduce across replicas, exact and identical on every replica."""
+import numpy as np
+import pytest
+
+import ipulab
+from ipulab import gcl, poplar, popops, poputil
+from ipulab.errors import GraphError
+from ipulab.poplar import program as prog
+
+from helpers import MODES, bits
+
+NUMPY_OP = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+            "logical_and": np.logical_and, "logical_or": np.logical_or}
+
+
+def ring_reference(x: np.ndarray, op: str) -> np.ndarray:
+    """What the ring computes, in numpy: chunk c (of m = ceil(n / r) elements) is reduced in
+    ring order starting at replica c: ((x_c op x_{c+1}) op ...) op x_{c-1}."""
+    r, n = x.shape
+    m = -(-n // r)
+    out = np.empty(n, x.dtype)
+    for c in range(r):
+        lo, hi = c * m, min((c + 1) * m, n)
+        if lo >= hi:
+            continue
+        acc = x[c, lo:hi].copy()
+        for k in range(1, r):
+            acc = NUMPY_OP[op](acc, x[(c + k) % r, lo:hi]).astype(x.dtype)
+        out[lo:hi] = acc
+    return out
+
+
+@pytest.fixture(scope="module")
+def bow4():
+    return ipulab.devices.bow2000(tiles_per_ipu=4)
+
+
+def build(dev, r, dtype, shape, op, in_place=False, mapping="linear"):
+    g = poplar.Graph(dev, replication_factor=r)
+    t = g.add_variable(dtype, shape, "t")
+    if mapping == "linear":
+        poputil.map_tensor_linearly(g, t, grain_size=1, min_elements_per_tile=1)
+    else:
+        g.set_tile_mapping(t, mapping)
+    seq = prog.Sequence()
+    if in_place:
+        gcl.all_reduce_in_place(g, t, op, seq)
+        out = t
+    else:
+        out = gcl.all_reduce(g, t, op, seq)
+    g.create_host_write("t", t)
+    g.create_host_read("out", out)
+    return g, seq
+
+
+def run(dev, r, x, dtype, op, options=None, **kw):
+    """All-reduce x (shape (r, *shape)) across r replicas: (result per replica, engine)."""
+    g, seq = build(dev, r, dtype, x.shape[1:], op, **kw)
+    e = poplar.Engine(g, seq, options or {})
+    e.load(dev)
+    e.write_tensor("t", x if r > 1 else x[0])
+    e.run()
+    return e.read_tensor("out").reshape(r, -1), e
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+@pytest.mark.parametrize("op", ["add", "mul", "max", "min"])
+def test_integers_are_exact(bow4, r, op):
+    rng = np.random.default_rng(r)
+    x = rng.integers(-50, 50, (r, 5, 7)).astype(np.int32)
+    got, _ = run(bow4, r, x, poplar.INT, op)
+    want = NUMPY_OP[op].reduce(x.reshape(r, -1), axis=0)
+    np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_floats_identical_on_every_replica_and_in_ring_order(bow4, r):
+    rng = np.random.default_rng(10 + r)
+    x = (rng.standard_normal((r, 37)) * 10 ** rng.uniform(-3, 3, (r, 37))).astype(np.float32)
+    got, _ = run(bow4, r, x, poplar.FLOAT, popops.Operation.ADD)
+    assert (bits(got) == bits(got[0])).all()                 # bit for bit on every replica
+    assert (bits(got[0]) == bits(ring_reference(x, "add"))).all()
+    np.testing.assert_allclose(got[0], x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("r", [2, 4])
+def test_floats_exact_when_every_sum_is(bow4, r):
+    rng = np.random.default_rng(3)
+    x = (rng.integers(-1000, 1000, (r, 3, 4)) / 8).astype(np.float32)   # sums stay exact
+    got, _ = run(bow4, r, x, poplar.FLOAT, "add")
+    np.testing.assert_array_equal(got, np.broadcast_to(x.reshape(r, -1).sum(axis=0), got.shape))
+
+
+def test_half_and_unsigned(bow4):
+    x = (np.arange(4 * 6, dtype=np.float16).reshape(4, 6) / 4)
+    got, _ = run(bow4, 4, x, poplar.HALF, "max")
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.broadcast_to(x.max(axis=0), got.shape))
+    u = np.array([[1, 2**31], [3, 2**31]], np.uint32)
+    got, _ = run(bow4, 2, u, poplar.UNSIGNED_INT, "add")
+    np.testing.assert_array_equal(got[0], np.array([4, 0], np.uint32))    # wraps, as uint32
+
+
+def test_logical_operations(bow4):
+    x = np.array([[1, 1, 0, 0], [1, 0, 1, 0]], bool)
+    got, _ = run(bow4, 2, x, poplar.BOOL, "logical_and")
+    np.testing.assert_array_equal(got[1], [True, False, False, False])
+    got, _ = run(bow4, 2, x, poplar.BOOL, "logical_or")
+    np.testing.assert_array_equal(got[0], [True, True, True, False])
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 8, 9])
+def test_any_size_even_smaller_than_the_ring(bow4, n):
+    x = np.arange(4 * n, dtype=np.int32).reshape(4, n)
+    got, _ = run(bow4, 4, x, poplar.INT, "add")
+    np.testing.assert_array_equal(got, np.broadcast_to(x.sum(axis=0), got.shape))
+
+
+def test_in_place(bow4):
+    x = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
+    got, e = run(bow4, 4, x, poplar.FLOAT, "add", in_place=True)
+    np.testing.assert_array_equal(got, np.broadcast_to(x.sum(axis=0), got.shape))
+    got, _ = run(bow4, 1, x[:1], poplar.FLOAT, "add", in_place=True)
+    np.testing.assert_array_equal(got[0], x[0])
+
+
+def test_all_modes_agree(bow4):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 20)).astype(np.float32)
+    out = [bits(run(bow4, 4, x, poplar.FLOAT, "add", options)[0]) for options in MODES.values()]
+    assert all((o == out[0]).all() for o in out)
+
+
+def test_tensor_on_one_tile_and_replicas_sharing_an_ipu():
+    dev = ipulab.devices.m2000(tiles_per_ipu=4)
+    x = np.arange(8 * 11, dtype=np.int32).reshape(8, 11)
+    got, e = run(dev, 8, x, poplar.INT, "add", mapping=1)       # 2 replicas per IPU
+    np.testing.assert_array_equal(got, np.broadcast_to(x.sum(axis=0), got.shape))
+    prof = e.profile()
+    assert prof.inter_ipu_exchange_cycles.max() > 0 and prof.exchange_cycles.max() > 0
+
+
+def test_ring_runs_over_the_ipu_links(bow4):
+    x = np.ones((4, 64), np.float32)
+    _, e = run(bow4, 4, x, poplar.FLOAT, "add")
+    prof = e.profile()
+    t = bow4.target
+    assert prof.inter_ipu_exchange_cycles.reshape(4, 4).max(axis=1).min() > 0   # every IPU
+    assert prof.phase_totals()["inter_ipu_exchange"] > 0
+    steps = [s for s in prof.steps if s.kind == "cross_replica_copy"]
+    assert len(steps) == 2 * 3                                 # 2 (r - 1) exchanges
+    for s in steps:
+        syncs = [c for k, c in s.phases if k == "sync"]
+        assert (syncs[0] == t.sync_cycles("external")).all()
+    src, dst, nbytes = prof.exchange_traffic()
+    ipu_src, ipu_dst = t.ipu_of(src), t.ipu_of(dst)
+    ring = {(int(a), int(b)) for a, b in zip(ipu_src, ipu_dst) if a != b}
+    assert ring == {(0, 1), (1, 2), (2, 3), (3, 0)}            # each IPU to the next
+    crossing = nbytes[ipu_src != ipu_dst].sum()
+    # reduce-scatter and all-gather each send (r - 1) chunks of n / r per replica
+    assert crossing == 2 * 3 * 4 * 16 * 4
+    assert prof.codelet_cycles()                               # the combining vertices ran
+
+
+def test_one_ipu_replicas_exchange_on_chip():
+    dev = ipulab.devices.ipu("ipu2", tiles_per_ipu=8)
+    x = np.arange(4 * 12, dtype=np.int32).reshape(4, 12)
+    got, e = run(dev, 4, x, poplar.INT, "add")
+    np.testing.assert_array_equal(got[2], x.sum(axis=0))
+    prof = e.profile()
+    assert prof.inter_ipu_exchange_cycles.sum() == 0 and prof.exchange_cycles.sum() > 0
+
+
+def test_cost_grows_with_bytes(bow4):
+    cycles = []
+    for n in (64, 4096, 16384):
+        _, e = run(bow4, 4, np.zeros((4, n), np.float32), poplar.FLOAT, "add")
+        cycles.append(e.profile().phase_totals()["inter_ipu_exchange"])
+    assert cycles[0] < cycles[1] < cycles[2]
+    # bandwidth-bound once large: 4x the bytes, about 4x the link time beyond the latency
+    t = bow4.target
+    latency = 6 * t.link_cycles(1, 0, 1)
+    assert 3.5 < (cycles[2] - latency) / (cycles[1] - latency) < 4.5
+
+
+def test_result_is_a_new_tensor_mapped_like_the_input(bow4):
+    g = poplar.Graph(bow4, replication_factor=4)
+    t = g.add_variable(poplar.FLOAT, [10], "grads")
+    poputil.map_tensor_linearly(g, t, grain_size=2, min_elements_per_tile=2)
+    out = gcl.all_reduce(g, t, "add", prog.Sequence(), "sum")
+    assert out.shape == t.shape and out.dtype == t.dtype and out.name == "sum/out"
+    assert g.get_tile_mapping(out) == g.get_tile_mapping(t)
+    assert gcl.all_reduce_cross_replica is gcl.all_reduce
+
+
+def test_errors(bow4):
+    g = poplar.Graph(bow4, replication_factor=2)
+    t = g.add_variable(poplar.FLOAT, [4], "t")
+    seq = prog.Sequence()
+    with pytest.raises(GraphError, match="on no tile"):
+        gcl.all_reduce(g, t, "add", seq)
+    g.set_tile_mapping(t, 0)
+    with pytest.raises(GraphError, match="unknown reduction operation"):
+        gcl.all_reduce(g, t, "mean", seq)
+    with pytest.raises(GraphError, match="SQUARE_ADD"):
+        gcl.all_reduce(g, t, "square_add", seq)
+    with pytest.raises(GraphError, match="logical"):
+        gcl.all_reduce(g, t, "logical_or", seq)
+    with pytest.raises(GraphError, match="Sequence"):
+        gcl.all_reduce(g, t, "add", [])
+    other = poplar.Graph(bow4, replication_factor=2)
+    with pytest.raises(GraphError, match="another graph"):
+        gcl.all_reduce(other, t, "add", prog.Sequence())
+    assert len(seq.programs) == 0
+
+
+def test_all_reduce_from_a_virtual_graph(bow4):
+    """A replica of two IPUs: the tensor on its second IPU, reduced through a virtual graph."""
+    g = poplar.Graph(bow4, replication_factor=2)
+    second = g.create_virtual_graph(4, 8)
+    t = second.add_variable(poplar.INT, [6], "t")
+    second.set_tile_mapping(t, 1)                   # replica tile 5
+    seq = prog.Sequence()
+    out = gcl.all_reduce(second, t, "max", seq)
+    g.create_host_write("t", t)
+    g.create_host_read("out", out)
+    e = poplar.Engine(g, seq)
+    e.load(bow4)
+    x = np.array([[1, 9, 3, 4, 0, 6], [7, 2, 8, 4, 5, -1]], np.int32)
+    e.write_tensor("t", x)
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("out"), np.broadcast_to(x.max(0), (2, 6)))
+    assert e.profile().inter_ipu_exchange_cycles[[5, 13]].min() > 0
