@@ -10,6 +10,12 @@ which only call PopLibs-like operations (poplin, popops, popnn, poprand): every 
 computed by codelets on tiles. Weights are numpy arrays in PyTorch layout: Conv2d.weight is
 (out_channels, in_channels, kh, kw), Linear.weight is (out_features, in_features).
 
+Conv2d and Linear fold their bias into their matrix product (the "bias trick"): the weights
+get the bias as one more column and the patches (or inputs) one more row (column) of ones, so
+one product computes y = w x + b, and in the backward pass the weight-gradient product gives
+the bias gradient too (its last column is the sum of dL/dy over the batch and positions). A
+ReLU right after them is one popops map on the product's output.
+
 PyTorch's default initialisation, seeded: Conv2d and Linear draw weight and bias from
 U(-1/sqrt(fan_in), 1/sqrt(fan_in)) -- what kaiming_uniform_(a=sqrt(5)) gives for the weight
 and what torch uses for the bias -- with fan_in = in_channels * kh * kw or in_features.
@@ -20,9 +26,10 @@ import math
 
 import numpy as np
 
-from .. import poplin, popnn, popops, poprand
+from .. import poplin, popnn, poprand, poputil
 from ..errors import GraphError
-from ..popops.expr import _1, _2, maximum, select
+from ..poplar import FLOAT, concat
+from ..poplin.conv import _patches      # conv2d's im2col view, to fold the bias in
 
 
 def _pair(v, what: str, layer: str) -> tuple[int, int]:
@@ -80,25 +87,23 @@ def _uniform(rng, shape, fan_in: int) -> np.ndarray:
     return rng.uniform(-bound, bound, shape).astype(np.float32)
 
 
-def _bias_act(b, y, channel_dim: int, name: str):
-    """y + bias (broadcast over channel_dim), then ReLU when fused: one popops.map."""
-    if b.has("bias"):
-        shape = [1] * y.rank
-        shape[channel_dim] = y.shape[channel_dim]
-        expr = _1 + _2
-        operands = [y, b.param("bias").reshape(shape)]
-    else:
-        expr, operands = _1, [y]
-    if b.relu:
-        expr = maximum(expr, 0)
-    if len(operands) == 1 and not b.relu:
-        return y
-    return popops.map(b.graph, expr, operands, b.seq, name)
+def _ones(b, shape, name: str):
+    """A constant of ones (the row or column a folded bias multiplies), mapped linearly."""
+    t = b.graph.add_constant(FLOAT, list(shape), 1.0, name)
+    poputil.map_tensor_linearly(b.graph, t)
+    return t
+
+
+def _relu(b, y, name: str):
+    """ReLU of y when one is folded into this layer (popnn.non_linearity), else y."""
+    return popnn.non_linearity(b.graph, "relu", y, b.seq, name) if b.relu else y
 
 
 def _relu_grad(b, y, dy, name: str):
-    """dL/d(pre-activation) of a fused ReLU, from its output y (as PopLibs): dy where y > 0."""
-    return popops.map(b.graph, select(_2, 0, _1 > 0), [y, dy], b.seq, name)
+    """dL/d(pre-activation) of a folded ReLU, from its output y (as PopLibs): dy where y > 0."""
+    if not b.relu:
+        return dy
+    return popnn.non_linearity_input_gradient(b.graph, "relu", y, dy, b.seq, name)
 
 
 class Conv2d(Layer):
@@ -149,22 +154,33 @@ class Conv2d(Layer):
         return True
 
     def forward(self, b, x):
-        b.save(x=x)
-        y = poplin.conv2d(b.graph, x, b.param("weight"), b.seq, self.stride, self.padding,
-                          name=b.name("conv"))
-        y = _bias_act(b, y, 1, b.name("bias_relu" if b.relu else "bias"))
-        b.save(y=y)
+        g = b.graph
+        n = x.shape[0]
+        o, c, kh, kw = b.param("weight").shape
+        _, ho, wo = self.output_shape(x.shape[1:])
+        # im2col as a view of x (poplin's lowering of conv2d), the bias folded in
+        cols = _patches(g, x, kh, kw, self.stride, self.padding, b.name("patches"))
+        w = b.param("weight").reshape([o, c * kh * kw])
+        if self.bias:
+            cols = concat([cols, _ones(b, [1, n * ho * wo], b.name("ones"))], 0)
+            w = concat([w, b.param("bias").reshape([o, 1])], 1)
+        out = poplin.mat_mul(g, w, cols, b.seq, name=b.name("conv"))      # (o, n*ho*wo)
+        y = _relu(b, out.reshape([o, n, ho, wo]).dim_shuffle([1, 0, 2, 3]), b.name("relu"))
+        b.save(x=x, cols=cols, y=y)
         return y
 
     def backward(self, b, dy):
         g, seq = b.graph, b.seq
-        x, y, w = b.saved("x"), b.saved("y"), b.param("weight")
-        if b.relu:
-            dy = _relu_grad(b, y, dy, b.name("relu_grad"))
+        x, cols, w = b.saved("x"), b.saved("cols"), b.param("weight")
+        dy = _relu_grad(b, b.saved("y"), dy, b.name("relu_grad"))
+        n, o, ho, wo = dy.shape
+        ckk = w.num_elements() // o
+        # one product gives the weight gradient and, against the row of ones, the bias's
+        dw = poplin.mat_mul(g, dy.dim_shuffle([1, 0, 2, 3]).reshape([o, n * ho * wo]),
+                            cols.transpose(), seq, name=b.name("weight_grad"))
+        b.grad("weight", dw.slice(0, ckk, 1).reshape(list(w.shape)))
         if self.bias:
-            b.grad("bias", popops.reduce(g, dy, [0, 2, 3], "add", seq, b.name("bias_grad")))
-        b.grad("weight", poplin.conv2d_backward_weights(
-            g, x, dy, w.shape, seq, self.stride, self.padding, name=b.name("weight_grad")))
+            b.grad("bias", dw[:, ckk])
         if not b.need_dx:
             return None
         return poplin.conv2d_backward_input(g, dy, w, x.shape, seq, self.stride, self.padding,
@@ -214,21 +230,23 @@ class Linear(Layer):
         return True
 
     def forward(self, b, x):
-        b.save(x=x)
-        y = poplin.mat_mul(b.graph, x, b.param("weight").transpose(), b.seq,
-                           name=b.name("matmul"))
-        y = _bias_act(b, y, 1, b.name("bias_relu" if b.relu else "bias"))
-        b.save(y=y)
+        w = b.param("weight")
+        if self.bias:     # [x, 1] @ [w, b].T: the bias folded into the product
+            x = concat([x, _ones(b, [x.shape[0], 1], b.name("ones"))], 1)
+            w = concat([w, b.param("bias").reshape([self.out_features, 1])], 1)
+        y = poplin.mat_mul(b.graph, x, w.transpose(), b.seq, name=b.name("matmul"))
+        y = _relu(b, y, b.name("relu"))
+        b.save(x=x, y=y)
         return y
 
     def backward(self, b, dy):
         g, seq = b.graph, b.seq
-        x, y, w = b.saved("x"), b.saved("y"), b.param("weight")
-        if b.relu:
-            dy = _relu_grad(b, y, dy, b.name("relu_grad"))
+        x, w = b.saved("x"), b.param("weight")
+        dy = _relu_grad(b, b.saved("y"), dy, b.name("relu_grad"))
+        dw = poplin.mat_mul(g, dy.transpose(), x, seq, name=b.name("weight_grad"))
+        b.grad("weight", dw.slice(0, self.in_features, 1))
         if self.bias:
-            b.grad("bias", popops.reduce(g, dy, [0], "add", seq, b.name("bias_grad")))
-        b.grad("weight", poplin.mat_mul(g, dy.transpose(), x, seq, name=b.name("weight_grad")))
+            b.grad("bias", dw[:, self.in_features])
         if not b.need_dx:
             return None
         return poplin.mat_mul(g, dy, w, seq, name=b.name("input_grad"))
