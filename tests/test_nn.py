@@ -211,6 +211,49 @@ def test_dropout_is_deterministic(digits, bow16):
     assert tr.evaluate(digits[2][:32], digits[3][:32]).loss == pytest.approx(loss, rel=1e-5)
 
 
+# --- half precision -----------------------------------------------------------------------------
+def test_fp16_tracks_the_reference_with_half_activations_and_float_master_weights(digits,
+                                                                                  bow16):
+    x, y = digits[0][:320], digits[1][:320]
+    model = issue_cnn()
+    h32 = nn.Trainer(issue_cnn(), bow16, batch_size=16, lr=0.1, momentum=0.9)
+    h32.set_weights(model.state_dict())
+    tr = nn.Trainer(model, bow16, batch_size=16, lr=0.1, momentum=0.9, precision="fp16")
+    assert tr.loss_scaling == 128 and h32.loss_scaling == 1
+    w0 = tr.get_weights()
+    h = tr.fit(x, y, shuffle=False)
+    losses, _, ref = _reference_losses(model, w0, x, y, 20, 16, 0.1, 0.9)
+    np.testing.assert_allclose(h["loss"], losses, rtol=2e-3)
+    assert h["loss"] != h32.fit(x, y, shuffle=False)["loss"]        # really in half
+    w = tr.get_weights()
+    assert all(v.dtype == np.float32 for v in w.values())
+    for k in w:
+        np.testing.assert_allclose(w[k], ref.w[k], atol=2e-2, err_msg=k)
+    variables = {v["name"]: v["dtype"] for v in tr.profile().graph.variables()}
+    assert variables["input"] == "HALF" and variables["0.weight"] == "FLOAT"
+    assert variables["weights/to_half/out"] == "HALF"
+    # half the bytes for activations and gradients (partials and master weights stay
+    # float), and products at the fp16 rate
+    p16, p32 = tr.profile(), h32.profile()
+    assert p16.memory["variables"].sum() < 0.9 * p32.memory["variables"].sum()
+    assert any(name.startswith("MatMulBlockHalf") for name in p16.vertex_stats)
+    # evaluation and prediction in half agree with the reference forward pass
+    ev = tr.evaluate(digits[2][:64], digits[3][:64])
+    logits, _ = Reference(model, w, 0.1).forward(digits[2][:64], train=False)
+    assert ev.accuracy == pytest.approx((logits.argmax(1) == digits[3][:64]).mean(), abs=0.04)
+
+
+def test_fp16_dropout_is_deterministic(digits, bow16):
+    x, y = digits[0][:64], digits[1][:64]
+    runs = []
+    for _ in range(2):
+        model = dropout_net(0.3)
+        model.reset_parameters(0)
+        tr = nn.Trainer(model, bow16, batch_size=16, lr=0.1, precision="fp16", seed=4)
+        runs.append(tr.fit(x, y, shuffle=False)["loss"])
+    assert runs[0] == runs[1] and np.isfinite(runs[0]).all()
+
+
 # --- history and profile ----------------------------------------------------------------------
 def test_history_and_profile(digits, bow16):
     tr = nn.Trainer(issue_cnn(), bow16, batch_size=16, lr=0.1, input_shape=(1, 8, 8))
@@ -235,8 +278,12 @@ def test_clear_errors(digits, bow16):
     x, y = digits[0][:64], digits[1][:64]
     with pytest.raises(NotImplementedError, match="replicas=4.*gcl.all_reduce"):
         nn.Trainer(issue_cnn(), bow16, replicas=4)
-    with pytest.raises(NotImplementedError, match="fp16"):
-        nn.Trainer(issue_cnn(), bow16, precision="fp16")
+    with pytest.raises(NotImplementedError, match="pipeline"):
+        nn.Trainer(issue_cnn(), bow16, pipeline=[2])
+    with pytest.raises(NotImplementedError, match="recompute"):
+        nn.Trainer(issue_cnn(), bow16, recompute=True)
+    with pytest.raises(GraphError, match="loss_scaling"):
+        nn.Trainer(issue_cnn(), bow16, precision="fp16", loss_scaling=0)
     with pytest.raises(GraphError, match="precision"):
         nn.Trainer(issue_cnn(), bow16, precision="bf16")
     with pytest.raises(GraphError, match="lr must be a positive"):

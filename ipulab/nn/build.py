@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..poplar import FLOAT, INT, Input, Output, VectorList, Vertex, concat
 from ..poplar import program as prog
-from ..popnn._common import map_rows, row_owners, row_pieces
+from ..popnn._common import map_rows, row_owners, row_pieces, typed_variant
 from .layers import Dropout, ReLU
 
 
@@ -115,6 +115,7 @@ class ArgMaxRows(Vertex):
     """out[j][r] = the first index of the largest value in row r of logits[j] (rows of
     C = len(logits[j]) // len(out[j]) values), as popnn.calc_loss counts a correct answer."""
 
+    fields_dtype = FLOAT
     logits = Input(VectorList[FLOAT])
     out = Output(VectorList[INT])
     compute = staticmethod(_argmax_rows)
@@ -134,13 +135,26 @@ def argmax(graph, logits, seq, name: str = "argmax"):
     owners = row_owners(graph, logits.flatten(), C, name)
     map_rows(graph, pred, owners, 1)
     lf = logits.flatten()
+    cls = typed_variant(ArgMaxRows, logits.dtype, ("logits",), "Half")
     cs = graph.add_compute_set(name)
     for tile, piece in row_pieces(graph, owners):
-        graph.add_vertex(cs, ArgMaxRows, {
+        graph.add_vertex(cs, cls, {
             "logits": [lf.slice(a * C, b * C) for a, b in piece],
             "out": [pred.slice(a, b) for a, b in piece]}, tile)
     seq.add(prog.Execute(cs))
     return pred
+
+
+def split(flat_tensor, shapes):
+    """Views of consecutive pieces of a flat tensor, one per shape (the inverse of flat)."""
+    out, start = [], 0
+    for shape in shapes:
+        n = 1
+        for s in shape:
+            n *= int(s)
+        out.append(flat_tensor.slice(start, start + n).reshape(list(shape)))
+        start += n
+    return out
 
 
 def flat(tensors):
@@ -150,4 +164,4 @@ def flat(tensors):
 
 
 __all__ = ["LayerBuild", "build_forward", "build_backward", "uses_dropout",
-           "all_reduce_gradients", "ArgMaxRows", "argmax", "flat"]
+           "all_reduce_gradients", "ArgMaxRows", "argmax", "flat", "split"]

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import poplin, popnn, poprand, poputil
 from ..errors import GraphError
-from ..poplar import FLOAT, concat
+from ..poplar import concat
 from ..poplin.conv import _patches      # conv2d's im2col view, to fold the bias in
 
 
@@ -87,9 +87,9 @@ def _uniform(rng, shape, fan_in: int) -> np.ndarray:
     return rng.uniform(-bound, bound, shape).astype(np.float32)
 
 
-def _ones(b, shape, name: str):
+def _ones(b, shape, dtype, name: str):
     """A constant of ones (the row or column a folded bias multiplies), mapped linearly."""
-    t = b.graph.add_constant(FLOAT, list(shape), 1.0, name)
+    t = b.graph.add_constant(dtype, list(shape), 1.0, name)
     poputil.map_tensor_linearly(b.graph, t)
     return t
 
@@ -162,7 +162,7 @@ class Conv2d(Layer):
         cols = _patches(g, x, kh, kw, self.stride, self.padding, b.name("patches"))
         w = b.param("weight").reshape([o, c * kh * kw])
         if self.bias:
-            cols = concat([cols, _ones(b, [1, n * ho * wo], b.name("ones"))], 0)
+            cols = concat([cols, _ones(b, [1, n * ho * wo], x.dtype, b.name("ones"))], 0)
             w = concat([w, b.param("bias").reshape([o, 1])], 1)
         out = poplin.mat_mul(g, w, cols, b.seq, name=b.name("conv"))      # (o, n*ho*wo)
         y = _relu(b, out.reshape([o, n, ho, wo]).dim_shuffle([1, 0, 2, 3]), b.name("relu"))
@@ -232,7 +232,7 @@ class Linear(Layer):
     def forward(self, b, x):
         w = b.param("weight")
         if self.bias:     # [x, 1] @ [w, b].T: the bias folded into the product
-            x = concat([x, _ones(b, [x.shape[0], 1], b.name("ones"))], 1)
+            x = concat([x, _ones(b, [x.shape[0], 1], x.dtype, b.name("ones"))], 1)
             w = concat([w, b.param("bias").reshape([self.out_features, 1])], 1)
         y = poplin.mat_mul(b.graph, x, w.transpose(), b.seq, name=b.name("matmul"))
         y = _relu(b, y, b.name("relu"))

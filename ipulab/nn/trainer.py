@@ -26,10 +26,10 @@ import numpy as np
 
 from .. import popnn, popops, poputil
 from ..errors import DataError, EngineError, GraphError
-from ..poplar import FLOAT, INT, UNSIGNED_INT, Engine, Graph
+from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph
 from ..poplar import program as prog
 from ..popops.expr import _1
-from .build import all_reduce_gradients, argmax, build_backward, build_forward, flat, \
+from .build import all_reduce_gradients, argmax, build_backward, build_forward, flat, split, \
     uses_dropout
 from .model import Sequential, check_weights
 from .optim import SGD
@@ -56,15 +56,22 @@ class Trainer:
 
     replicas: data-parallel copies; each step takes replicas x batch_size samples (replica i
     the i-th block of batch_size) and the loss reported is the mean over all of them.
-    lr, momentum: torch.optim.SGD's. seed: the initial weights when the model has none yet
-    (PyTorch's default initialisation) and the Dropout masks. input_shape: one sample's shape,
-    e.g. (1, 8, 8), to build and compile now rather than at the first fit/evaluate/predict.
+    lr, momentum: torch.optim.SGD's.
+    precision: "fp32", or "fp16": activations, gradients and the weights used by forward and
+    backward are HALF (rounded on every write; matrix products at the fp16 rate), the update
+    goes to float32 master weights, and the loss gradient is multiplied by loss_scaling
+    (default 128 in fp16, 1 in fp32) so small gradients survive in half precision, and
+    divided back out in the update.
+    seed: the initial weights when the model has none yet (PyTorch's default initialisation)
+    and the Dropout masks.
+    input_shape: one sample's shape, e.g. (1, 8, 8), to build and compile now rather than at
+    the first fit/evaluate/predict. options: Engine options (e.g. checked codelets).
     """
 
     def __init__(self, model, device, replicas: int = 1, batch_size: int = 16, lr: float = 0.05,
                  momentum: float = 0.0, precision: str = "fp32", pipeline=None,
                  recompute: bool = False, seed: int = 0, input_shape=None,
-                 options: dict | None = None):
+                 loss_scaling: float | None = None, options: dict | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         if not hasattr(device, "target"):
@@ -80,6 +87,14 @@ class Trainer:
                              f"{precision!r}")
         self.precision, self.pipeline, self.recompute = precision, pipeline, bool(recompute)
         self._unsupported()
+        if loss_scaling is None:
+            loss_scaling = 128.0 if precision == "fp16" else 1.0
+        if isinstance(loss_scaling, bool) or not isinstance(loss_scaling, (int, float)) or \
+                not 0 < loss_scaling < 65504:
+            raise GraphError(f"Trainer: loss_scaling must be a number in (0, 65504), not "
+                             f"{loss_scaling!r}")
+        self.loss_scaling = float(loss_scaling)
+        self.dtype = HALF if precision == "fp16" else FLOAT
         self.options = dict(options or {})
         if not model.initialized:
             model.reset_parameters(self.seed)
@@ -99,8 +114,6 @@ class Trainer:
                 f"Trainer(replicas={self.replicas}): data-parallel training needs replicated "
                 "graphs and gcl.all_reduce, which are not in this build yet; use replicas=1 "
                 "(the step graph already sums gradients through all_reduce_gradients)")
-        if self.precision != "fp32":
-            raise NotImplementedError("Trainer(precision='fp16') is not built yet; use 'fp32'")
         if self.pipeline is not None:
             raise NotImplementedError("Trainer(pipeline=...) is not built yet; use pipeline=None")
         if self.recompute:
@@ -132,7 +145,8 @@ class Trainer:
                              f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
         classes = shapes[-1][0]
         g = Graph(self.device.target)
-        x = g.add_variable(FLOAT, [B, *sample_shape], "input")
+        dt = self.dtype
+        x = g.add_variable(dt, [B, *sample_shape], "input")
         labels = g.add_variable(INT, [B], "labels")
         poputil.map_tensor_linearly(g, x)
         poputil.map_tensor_linearly(g, labels)
@@ -152,11 +166,22 @@ class Trainer:
             g.create_host_write("write/dropout/seed", seed)
 
         def fifos(prefix, outputs):
-            ins = (g.add_host_to_device_fifo(f"{prefix}/x", FLOAT, x.num_elements()),
+            ins = (g.add_host_to_device_fifo(f"{prefix}/x", dt, x.num_elements()),
                    g.add_host_to_device_fifo(f"{prefix}/labels", INT, B))
             outs = [g.add_device_to_host_fifo(f"{prefix}/{name}", dtype, n)
                     for name, dtype, n in outputs]
             return ins, outs
+
+        keys = list(by_key)
+        # fp16: forward and backward use HALF copies of the float master weights, made at
+        # the start of every step (one cast over all of them)
+        to_half = prog.Sequence(name="weights to half")
+        if dt == HALF and keys:
+            half = popops.cast(g, flat([by_key[k] for k in keys]), HALF, to_half,
+                               "weights/to_half")
+            for key, t in zip(keys, split(half, [by_key[k].shape for k in keys])):
+                index, name = key.split(".")
+                params[int(index)][name] = t
 
         # program 0: the training step
         (fx, fy), (f_loss, f_correct) = fifos("train", [("loss", FLOAT, 1),
@@ -164,18 +189,19 @@ class Trainer:
         train = prog.Sequence(name="training step")
         train.add(prog.Copy(fx, x))
         train.add(prog.Copy(fy, labels))
+        train.add(to_half)
         forward, loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
         logits, builds = build_forward(g, model, x, params, forward, train=True, seed=seed)
         loss = popnn.calc_loss(g, logits, labels, loss_seq, name="loss", num_correct=True,
-                               grad_scale=1.0 / (self.replicas * B))
+                               grad_scale=self.loss_scaling / (self.replicas * B))
         backward = prog.Sequence(name="backward")
         grads = build_backward(g, builds, loss.grad, backward)
-        keys = list(by_key)
         update = prog.Sequence(name="update")
         if keys:
             grad_flat = all_reduce_gradients(g, flat([grads[k] for k in keys]), update,
                                              self.replicas)
-            self.optimizer.build(g, flat([by_key[k] for k in keys]), grad_flat, update)
+            self.optimizer.build(g, flat([by_key[k] for k in keys]), grad_flat, update,
+                                 grad_scale=1.0 / self.loss_scaling)
             if self.optimizer.velocity is not None:
                 g.create_host_write("write/sgd/velocity", self.optimizer.velocity)
         if seed is not None:      # next step, next masks
@@ -191,6 +217,7 @@ class Trainer:
         ev = prog.Sequence(name="evaluation step")
         ev.add(prog.Copy(ex, x))
         ev.add(prog.Copy(ey, labels))
+        ev.add(to_half)
         if seed is None:
             ev.add(forward)
             ev.add(loss_seq)
@@ -277,7 +304,7 @@ class Trainer:
             take = order[:steps * gb]
             losses = np.zeros(steps, np.float32)
             correct = np.zeros(steps, np.int32)
-            e.connect_stream("train/x", np.ascontiguousarray(x[take]))
+            e.connect_stream("train/x", np.ascontiguousarray(x[take], self.dtype.host))
             e.connect_stream("train/labels", np.ascontiguousarray(y[take]))
             e.connect_stream("train/loss", losses)
             e.connect_stream("train/correct", correct)
@@ -313,7 +340,7 @@ class Trainer:
         correct = np.zeros(steps, np.int32)
         pred = np.zeros(steps * B, np.int32)
         e = self.engine
-        e.connect_stream("eval/x", np.ascontiguousarray(x))
+        e.connect_stream("eval/x", np.ascontiguousarray(x, self.dtype.host))
         e.connect_stream("eval/labels", np.ascontiguousarray(labels))
         e.connect_stream("eval/loss", losses)
         e.connect_stream("eval/correct", correct)
