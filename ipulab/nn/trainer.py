@@ -144,7 +144,7 @@ class Trainer:
             raise GraphError(f"the model must end with class scores of shape (classes,), e.g. "
                              f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
         classes = shapes[-1][0]
-        g = Graph(self.device.target)
+        g = Graph(self.device.target, replication_factor=self.replicas)   # one replica's graph
         dt = self.dtype
         x = g.add_variable(dt, [B, *sample_shape], "input")
         labels = g.add_variable(INT, [B], "labels")
@@ -238,7 +238,7 @@ class Trainer:
         self.classes = classes
         self._write_weights(model.state_dict())
         if seed is not None:
-            engine.write_tensor("write/dropout/seed", np.array(
+            self._write("write/dropout/seed", np.array(
                 [self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF], np.uint32))
 
     def _ensure_built(self, sample_shape, what: str) -> None:
@@ -249,11 +249,30 @@ class Trainer:
             raise DataError(f"{what}: samples of shape {sample_shape}, but this trainer was "
                             f"built for {self.input_shape}")
 
+    # --- the host side of replication -----------------------------------------------------------
+    # A replicated graph describes one replica; the host sees every replica at once: a tensor
+    # is written as one block per replica, a FIFO copy moves one block per replica (replica i
+    # the i-th). With replicas == 1 the blocks are the arrays themselves.
+    def _write(self, handle: str, value: np.ndarray) -> None:
+        """The same value into every replica's copy of a tensor."""
+        if self.replicas > 1:
+            value = np.broadcast_to(value, (self.replicas,) + value.shape)
+        self.engine.write_tensor(handle, np.ascontiguousarray(value))
+
+    def _read(self, handle: str) -> np.ndarray:
+        """Replica 0's copy of a tensor (the all-reduced update keeps the replicas equal)."""
+        value = self.engine.read_tensor(handle)
+        return value[0] if self.replicas > 1 else value
+
+    def _per_step(self, values: np.ndarray) -> np.ndarray:
+        """A FIFO's output, one value per replica per step -> (steps, replicas)."""
+        return values.reshape(-1, self.replicas)
+
     def _write_weights(self, weights: dict) -> None:
         for key, value in weights.items():
-            self.engine.write_tensor(f"write/{key}", value)
+            self._write(f"write/{key}", value)
         if self.optimizer.velocity is not None:       # a fresh start: no momentum yet
-            self.engine.write_tensor("write/sgd/velocity", np.zeros(
+            self._write("write/sgd/velocity", np.zeros(
                 self.optimizer.velocity.num_elements(), np.float32))
 
     # --- data ---------------------------------------------------------------------------------
@@ -302,8 +321,8 @@ class Trainer:
         for _ in range(epochs):
             order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
             take = order[:steps * gb]
-            losses = np.zeros(steps, np.float32)
-            correct = np.zeros(steps, np.int32)
+            losses = np.zeros(steps * self.replicas, np.float32)
+            correct = np.zeros(steps * self.replicas, np.int32)
             e.connect_stream("train/x", np.ascontiguousarray(x[take], self.dtype.host))
             e.connect_stream("train/labels", np.ascontiguousarray(y[take]))
             e.connect_stream("train/loss", losses)
@@ -318,7 +337,11 @@ class Trainer:
         return self.history
 
     def _record(self, losses, correct) -> None:
+        """One history entry per step; each replica reported its own batch's mean loss and
+        correct count (all batches have batch_size samples)."""
         gb, cycles = self.global_batch_size, self._step_cycles
+        losses = self._per_step(losses.astype(np.float64)).mean(1)
+        correct = self._per_step(correct).sum(1)
         h = self.history
         h["loss"] += [float(v) for v in losses]
         h["accuracy"] += [float(c) / gb for c in correct]
@@ -327,18 +350,18 @@ class Trainer:
 
     # --- evaluation ---------------------------------------------------------------------------
     def _evaluate(self, x, labels):
-        """Run the evaluation program over x in batches (the last one padded with label -1,
-        which calc_loss counts as neither loss nor correct): (predictions, summed loss,
-        correct count)."""
-        n, B = len(x), self.batch_size
-        steps = -(-n // B)
-        pad = steps * B - n
+        """Run the evaluation program over x in global batches (the last one padded with
+        label -1, which calc_loss counts as neither loss nor correct): (predictions, summed
+        loss, correct count)."""
+        n, B, gb = len(x), self.batch_size, self.global_batch_size
+        steps = -(-n // gb)
+        pad = steps * gb - n
         if pad:
             x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], np.float32)])
             labels = np.concatenate([labels, np.full(pad, -1, np.int32)])
-        losses = np.zeros(steps, np.float32)
-        correct = np.zeros(steps, np.int32)
-        pred = np.zeros(steps * B, np.int32)
+        losses = np.zeros(steps * self.replicas, np.float32)
+        correct = np.zeros(steps * self.replicas, np.int32)
+        pred = np.zeros(steps * gb, np.int32)
         e = self.engine
         e.connect_stream("eval/x", np.ascontiguousarray(x, self.dtype.host))
         e.connect_stream("eval/labels", np.ascontiguousarray(labels))
@@ -371,7 +394,7 @@ class Trainer:
         torch.nn.Sequential(...).state_dict() ("0.weight", "0.bias", ...)."""
         if self.engine is None:
             return self.model.state_dict()
-        return {key: self.engine.read_tensor(f"read/{key}") for key in self.model.param_shapes()}
+        return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
 
     def set_weights(self, weights: dict) -> None:
         """Load weights keyed as get_weights() returns them (PyTorch layout); momentum starts
