@@ -10,6 +10,7 @@ from nn_reference import Reference
 import ipulab
 from ipulab import nn
 from ipulab.errors import DataError, EngineError, GraphError
+from ipulab.nn.trainer import replication_available
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +80,40 @@ def test_20_steps_match_the_numpy_reference(digits, bow, bow16, net, lr, momentu
     # the model on the host follows the trainer
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, w[k])
+
+
+@pytest.mark.skipif(not replication_available(), reason="needs replicated graphs and gcl")
+@pytest.mark.parametrize("momentum, precision", [(0.0, "fp32"), (0.9, "fp32"), (0.9, "fp16")])
+def test_4_replicas_match_the_reference_on_the_global_batch(digits, momentum, precision):
+    """Data parallel on a Bow-2000 (one replica per IPU): each step takes 4 x 16 samples,
+    replica i the i-th 16; the loss is the mean over all 64, as one model trained on 64."""
+    x, y = digits[0][:20 * 64], digits[1][:20 * 64]
+    model = issue_cnn()
+    tr = nn.Trainer(model, ipulab.devices.bow2000(tiles_per_ipu=16), replicas=4,
+                    batch_size=16, lr=0.1, momentum=momentum, precision=precision, seed=3)
+    w0 = tr.get_weights()
+    h = tr.fit(x, y, epochs=1, shuffle=False)
+    losses, correct, ref = _reference_losses(model, w0, x, y, 20, 64, 0.1, momentum)
+    if precision == "fp32":
+        np.testing.assert_allclose(h["loss"], losses, rtol=1e-5, atol=0)
+        np.testing.assert_array_equal(np.array(h["accuracy"]) * 64, correct)
+    else:
+        np.testing.assert_allclose(h["loss"], losses, rtol=2e-3)
+    w = tr.get_weights()
+    for k in w0:
+        np.testing.assert_allclose(w[k], ref.w[k], rtol=1e-4, atol=1e-5 if precision ==
+                                   "fp32" else 2e-2, err_msg=k)
+    # evaluation and prediction over the replicas, padding the last global batch
+    x_te, y_te = digits[2][:100], digits[3][:100]
+    logits, _ = Reference(model, w, 0.1).forward(x_te, train=False)
+    if precision == "fp32":
+        np.testing.assert_array_equal(tr.predict(x_te), logits.argmax(1))
+        assert tr.evaluate(x_te, y_te).loss == pytest.approx(Reference.loss(logits, y_te)[0],
+                                                             rel=1e-5)
+    prof = tr.profile()
+    assert prof.inter_ipu_exchange_cycles.max() > 0              # the all-reduce's links
+    per_ipu = prof.compute_cycles.reshape(4, -1).max(1)
+    assert (per_ipu > 0).all()                                     # every IPU computes
 
 
 def test_shuffle_is_seeded_and_drops_the_partial_batch(digits, bow16):
@@ -276,8 +311,9 @@ def test_history_and_profile(digits, bow16):
 # --- misuse -----------------------------------------------------------------------------------
 def test_clear_errors(digits, bow16):
     x, y = digits[0][:64], digits[1][:64]
-    with pytest.raises(NotImplementedError, match="replicas=4.*gcl.all_reduce"):
-        nn.Trainer(issue_cnn(), bow16, replicas=4)
+    if not replication_available():
+        with pytest.raises(NotImplementedError, match="replicas=4.*gcl.all_reduce"):
+            nn.Trainer(issue_cnn(), bow16, replicas=4)
     with pytest.raises(NotImplementedError, match="pipeline"):
         nn.Trainer(issue_cnn(), bow16, pipeline=[2])
     with pytest.raises(NotImplementedError, match="recompute"):

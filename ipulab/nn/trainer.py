@@ -20,6 +20,7 @@ runs program 0 once per step: no Python per tile, vertex or element.
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +37,11 @@ from .optim import SGD
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
 PRECISIONS = ("fp32", "fp16")
+
+
+def replication_available() -> bool:
+    """Whether this ipulab has replicated graphs and gcl.all_reduce (data parallelism)."""
+    return importlib.util.find_spec("ipulab.gcl") is not None
 
 
 class Evaluation(NamedTuple):
@@ -109,7 +115,7 @@ class Trainer:
     def _unsupported(self) -> None:
         """Features of DESIGN section 7 that are not built yet say so, instead of training
         something else."""
-        if self.replicas != 1:
+        if self.replicas != 1 and not replication_available():
             raise NotImplementedError(
                 f"Trainer(replicas={self.replicas}): data-parallel training needs replicated "
                 "graphs and gcl.all_reduce, which are not in this build yet; use replicas=1 "
