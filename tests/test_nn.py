@@ -9,7 +9,7 @@ from nn_reference import Reference
 
 import ipulab
 from ipulab import nn
-from ipulab.errors import DataError, EngineError, GraphError
+from ipulab.errors import DataError, EngineError, GraphError, TileMemoryError
 from ipulab.nn.trainer import replication_available
 
 
@@ -334,6 +334,11 @@ def test_clear_errors(digits, bow16):
         nn.Trainer(bad, bow16, input_shape=(1, 8, 8))
     with pytest.raises(GraphError, match="layer 0: Conv2d.*channels=1"):
         nn.Trainer(issue_cnn(), bow16).fit(np.zeros((16, 3, 8, 8), np.float32), y[:16])
+    big = nn.Sequential(nn.Flatten(), nn.Linear(64, 4096), nn.ReLU(), nn.Linear(4096, 4096),
+                        nn.Linear(4096, 10))
+    with pytest.raises(TileMemoryError, match=r"layer 3 \(Linear\(in_features=4096.*forward: "
+                                              "poplin: mat_mul .* does not fit on 4 tiles"):
+        nn.Trainer(big, ipulab.devices.ipu("bow", tiles_per_ipu=4), input_shape=(1, 8, 8))
     tr = nn.Trainer(issue_cnn(), bow16)
     with pytest.raises(DataError, match="class indices in 0..9"):
         tr.fit(x, y + 1)

@@ -8,6 +8,7 @@ Conv2d or Linear is folded into that layer's bias map (forward) and its gradient
 """
 from __future__ import annotations
 
+from ..errors import GraphError, TileMemoryError
 from ..poplar import FLOAT, INT, Input, Output, VectorList, Vertex, concat
 from ..poplar import program as prog
 from ..popnn._common import map_rows, row_owners, row_pieces, typed_variant
@@ -56,7 +57,8 @@ def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, pr
         layer = layers[i]
         relu = layer.fuses_relu and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
         b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix)
-        x = layer.forward(b, x)
+        with naming(b, "forward"):
+            x = layer.forward(b, x)
         builds.append(b)
         i += 2 if relu else 1
     return x, builds
@@ -71,8 +73,28 @@ def build_backward(graph, builds, dy, seq) -> dict:
     for k in range(len(builds) - 1, first - 1, -1):
         b = builds[k]
         b.seq, b.need_dx = seq, k > first
-        dy = b.layer.backward(b, dy)
+        with naming(b, "backward"):
+            dy = b.layer.backward(b, dy)
     return {f"{b.index}.{name}": t for b in builds for name, t in b.grads.items()}
+
+
+class naming:
+    """Re-raise a GraphError or TileMemoryError from building a layer with the layer named
+    first: 'layer 3 (Linear(...)), backward: ...'."""
+
+    def __init__(self, b: LayerBuild, what: str):
+        self.where = f"layer {b.index} ({b.layer!r}), {what}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, TileMemoryError):
+            raise TileMemoryError(e.tile, e.needed, e.available, e.largest,
+                                  message=f"{self.where}: {e}") from None
+        if isinstance(e, GraphError):
+            raise GraphError(f"{self.where}: {e}") from None
+        return False
 
 
 def uses_dropout(model) -> bool:
