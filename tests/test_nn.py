@@ -43,9 +43,10 @@ def wider_net():
 
 
 def pooled_net():
-    """Overlapping max pooling (stride 1) straight on the input, then a 2x2 convolution."""
-    return nn.Sequential(nn.MaxPool2d(2, stride=1), nn.Conv2d(1, 3, 2), nn.ReLU(),
-                         nn.Flatten(), nn.Linear(3 * 6 * 6, 10))
+    """Overlapping max pooling (stride 1) straight on the input, padded average pooling
+    (which counts the padding, as PyTorch), then a 2x2 convolution."""
+    return nn.Sequential(nn.MaxPool2d(2, stride=1), nn.AvgPool2d(3, stride=2, padding=1),
+                         nn.Conv2d(1, 3, 2), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 3 * 3, 10))
 
 
 def _reference_losses(model, weights, x, y, steps, batch, lr, momentum):
@@ -326,6 +327,10 @@ def test_clear_errors(digits, bow16):
         nn.Trainer(issue_cnn(), bow16, lr=0)
     with pytest.raises(GraphError, match="batch_size"):
         nn.Trainer(issue_cnn(), bow16, batch_size=0)
+    with pytest.raises(GraphError, match="kernel_size must be an int or a pair"):
+        nn.Conv2d(1, 4, 3.0)
+    with pytest.raises(GraphError, match="Dropout: p must be"):
+        nn.Dropout(1.5)
     with pytest.raises(GraphError, match="not an ipulab.nn layer"):
         nn.Sequential(nn.ReLU(), "relu")
     bad = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),

@@ -33,7 +33,10 @@ from ..poplin.conv import _patches      # conv2d's im2col view, to fold the bias
 
 
 def _pair(v, what: str, layer: str) -> tuple[int, int]:
-    pair = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
+    try:
+        pair = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
+    except TypeError:
+        pair = ()
     if len(pair) != 2 or not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool)
                                  for p in pair):
         raise GraphError(f"{layer}: {what} must be an int or a pair of ints, not {v!r}")
