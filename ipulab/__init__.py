@@ -8,7 +8,7 @@ from .target import Target
 
 __version__ = "0.1.0"
 # Loaded on first use, so `import ipulab` stays quick: `ipulab.popops`, `from ipulab import viz`.
-_LAZY = ("popops", "poplin", "popnn", "poprand", "gcl", "viz", "widgets")
+_LAZY = ("popops", "poplin", "popnn", "poprand", "gcl", "viz", "widgets", "data", "nn")
 __all__ = ["arch", "devices", "errors", "poplar", "poputil", "Device", "IPUModel", "Engine",
            "Graph", "Target", "__version__", *_LAZY]
 

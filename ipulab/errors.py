@@ -35,3 +35,8 @@ class ProgramError(IpuLabError):
 
 class EngineError(IpuLabError):
     """Misuse of an Engine: not loaded, unknown handle or stream, wrong host array."""
+
+
+class DataError(IpuLabError, ValueError):
+    """Data handed in from the host is missing or malformed: a dataset file, a batch of
+    images or labels, a dict of weights."""

@@ -1,0 +1,20 @@
+"""ipulab.nn: PyTorch-like layers and a Trainer that builds ONE graph for a training step.
+
+    from ipulab import nn
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16 * 4 * 4, 10))
+    trainer = nn.Trainer(model, ipulab.devices.ipu("bow"), batch_size=16, lr=0.05)
+    trainer.fit(x_train, y_train, epochs=5)
+    trainer.evaluate(x_test, y_test)      # Evaluation(accuracy, loss)
+
+Every number (activations, loss, gradients, updates) is computed by codelets on simulated
+tiles through poplin, popops, popnn and poprand; weights are numpy arrays in PyTorch layout.
+"""
+from .build import ArgMaxRows, all_reduce_gradients
+from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
+from .model import Sequential, default_cnn
+from .optim import SGD
+from .trainer import Evaluation, Trainer
+
+__all__ = ["AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
+           "Sequential", "default_cnn", "SGD", "Trainer", "Evaluation", "ArgMaxRows", "all_reduce_gradients"]

@@ -1,0 +1,189 @@
+"""Graph construction for a model: forward and backward passes layer by layer, the gradient
+all-reduce seam for data parallelism, and the argmax of predictions.
+
+Layers see a LayerBuild: the graph, the program sequence to add to, their weights as tensors,
+what they saved in the forward pass, and where their gradients go. A ReLU right after a
+Conv2d or Linear is folded into that layer's bias map (forward) and its gradient map
+(backward): one compute set fewer each way, the same arithmetic.
+"""
+from __future__ import annotations
+
+from ..errors import GraphError, TileMemoryError
+from ..poplar import FLOAT, INT, Input, Output, VectorList, Vertex, concat
+from ..poplar import program as prog
+from ..popnn._common import map_rows, row_owners, row_pieces, typed_variant
+from .layers import Dropout, ReLU
+
+
+class LayerBuild:
+    """What one layer sees while it is turned into graph operations."""
+
+    def __init__(self, graph, seq, layer, index: int, params: dict, train: bool, relu: bool,
+                 seed, prefix: str = ""):
+        self.graph, self.seq, self.layer, self.index = graph, seq, layer, index
+        self.params, self.train, self.relu, self.seed = params, train, relu, seed
+        self.prefix = prefix
+        self.need_dx = True
+        self.grads: dict = {}
+        self._saved: dict = {}
+
+    def name(self, what: str) -> str:
+        """A debug name: '<prefix><index>.<Layer>/<what>', e.g. '0.Conv2d/conv'."""
+        return f"{self.prefix}{self.index}.{type(self.layer).__name__}/{what}"
+
+    def param(self, name: str):
+        return self.params[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.params
+
+    def save(self, **tensors) -> None:
+        self._saved.update(tensors)
+
+    def saved(self, key: str):
+        return self._saved[key]
+
+    def grad(self, name: str, tensor) -> None:
+        self.grads[name] = tensor
+
+
+def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, prefix: str = ""):
+    """The forward pass of model on x into seq: (output, [LayerBuild per built layer]).
+
+    params: {layer index: {name: tensor}}. In training mode Dropout draws masks from `seed`
+    (an UNSIGNED_INT [2] tensor); otherwise it passes its input through."""
+    layers, builds, i = model.layers, [], 0
+    while i < len(layers):
+        layer = layers[i]
+        relu = layer.fuses_relu and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
+        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix)
+        with naming(b, "forward"):
+            x = layer.forward(b, x)
+        builds.append(b)
+        i += 2 if relu else 1
+    return x, builds
+
+
+def build_backward(graph, builds, dy, seq) -> dict:
+    """The backward pass into seq, from dy = dL/d(output): {state_dict key: gradient tensor}.
+
+    Layers before the first one with weights need no input gradient and are skipped; the
+    first layer with weights computes only its weight gradients."""
+    first = next((k for k, b in enumerate(builds) if b.layer.param_names), len(builds))
+    for k in range(len(builds) - 1, first - 1, -1):
+        b = builds[k]
+        b.seq, b.need_dx = seq, k > first
+        with naming(b, "backward"):
+            dy = b.layer.backward(b, dy)
+    return {f"{b.index}.{name}": t for b in builds for name, t in b.grads.items()}
+
+
+class naming:
+    """Re-raise a GraphError or TileMemoryError from building a layer with the layer named
+    first: 'layer 3 (Linear(...)), backward: ...'."""
+
+    def __init__(self, b: LayerBuild, what: str):
+        self.where = f"layer {b.index} ({b.layer!r}), {what}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        if isinstance(e, TileMemoryError):
+            raise TileMemoryError(e.tile, e.needed, e.available, e.largest,
+                                  message=f"{self.where}: {e}") from None
+        if isinstance(e, GraphError):
+            raise GraphError(f"{self.where}: {e}") from None
+        return False
+
+
+def uses_dropout(model) -> bool:
+    return any(isinstance(layer, Dropout) and layer.p > 0 for layer in model.layers)
+
+
+# --- data parallelism ---------------------------------------------------------------------------
+def all_reduce_gradients(graph, grads, seq, replicas: int):
+    """Sum the gradients (one flat tensor) over the replicas, in seq.
+
+    This is the one place data parallelism touches the training step: each replica's loss
+    gradient is scaled by 1 / (replicas * batch_size), so the sum over replicas is the
+    gradient of the mean loss over the global batch. With one replica there is nothing to
+    add; with more, gcl.all_reduce sums over the IPU-Links (and every replica then applies the
+    same update to its own copy of the weights)."""
+    if replicas == 1:
+        return grads
+    from .. import gcl      # arrives with replicated graphs
+    return gcl.all_reduce(graph, grads, "add", seq)
+
+
+# --- predictions --------------------------------------------------------------------------------
+def _argmax_rows(logits, out):
+    for j in range(len(out)):
+        xs = logits[j]
+        os = out[j]
+        n = len(os)
+        C = len(xs) // n
+        for r in range(n):
+            best = xs[r * C]
+            arg = 0
+            for c in range(1, C):
+                if xs[r * C + c] > best:
+                    best = xs[r * C + c]
+                    arg = c
+            os[r] = arg
+
+
+class ArgMaxRows(Vertex):
+    """out[j][r] = the first index of the largest value in row r of logits[j] (rows of
+    C = len(logits[j]) // len(out[j]) values), as popnn.calc_loss counts a correct answer."""
+
+    fields_dtype = FLOAT
+    logits = Input(VectorList[FLOAT])
+    out = Output(VectorList[INT])
+    compute = staticmethod(_argmax_rows)
+
+    @staticmethod
+    def cycle_estimate(logits=(), out=()):
+        # [MODEL] 10 to enter; per region 6; per row 4 (pointers, store); a compare and a
+        # conditional move per value
+        return 10 + sum(6 + 4 * n + 2 * k for n, k in zip(out, logits))
+
+
+def argmax(graph, logits, seq, name: str = "argmax"):
+    """A new INT [B] tensor: the class with the largest logit in each row of logits [B, C],
+    computed where each row lives (one compute set)."""
+    B, C = logits.shape
+    pred = graph.add_variable(INT, [B], f"{name}/out")
+    owners = row_owners(graph, logits.flatten(), C, name)
+    map_rows(graph, pred, owners, 1)
+    lf = logits.flatten()
+    cls = typed_variant(ArgMaxRows, logits.dtype, ("logits",), "Half")
+    cs = graph.add_compute_set(name)
+    for tile, piece in row_pieces(graph, owners):
+        graph.add_vertex(cs, cls, {
+            "logits": [lf.slice(a * C, b * C) for a, b in piece],
+            "out": [pred.slice(a, b) for a, b in piece]}, tile)
+    seq.add(prog.Execute(cs))
+    return pred
+
+
+def split(flat_tensor, shapes):
+    """Views of consecutive pieces of a flat tensor, one per shape (the inverse of flat)."""
+    out, start = [], 0
+    for shape in shapes:
+        n = 1
+        for s in shape:
+            n *= int(s)
+        out.append(flat_tensor.slice(start, start + n).reshape(list(shape)))
+        start += n
+    return out
+
+
+def flat(tensors):
+    """Tensors joined into one flat view (nothing copied)."""
+    parts = [t.flatten() for t in tensors]
+    return parts[0] if len(parts) == 1 else concat(parts)
+
+
+__all__ = ["LayerBuild", "build_forward", "build_backward", "uses_dropout",
+           "all_reduce_gradients", "ArgMaxRows", "argmax", "flat", "split"]

@@ -1,0 +1,417 @@
+"""Trainer: ONE graph for a whole training step, compiled once, fed through FIFOs.
+
+    trainer = nn.Trainer(model, ipulab.devices.ipu("bow"), batch_size=16, lr=0.05)
+    history = trainer.fit(x_train, y_train, epochs=5)
+    acc, loss = trainer.evaluate(x_test, y_test)
+    trainer.predict(x_test[:8]); trainer.get_weights(); trainer.profile()
+
+The graph holds the weights (and momentum) as variables, the current batch as an input
+tensor, and two programs:
+
+  0  training step: batch in (host -> device FIFOs), forward, softmax cross-entropy
+     (popnn.calc_loss), backward through every layer, gradient all-reduce over replicas,
+     SGD update; loss and the number of correct answers out (device -> host FIFOs)
+  1  evaluation step: batch in, forward (Dropout off), loss, argmax; loss, correct count and
+     predictions out
+
+Both are compiled once, into one Engine, the first time the sample shape is known (pass
+input_shape= to build at construction). fit() connects the epoch's batches to the FIFOs and
+runs program 0 once per step: no Python per tile, vertex or element.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import popnn, popops, poputil
+from ..errors import DataError, EngineError, GraphError
+from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph
+from ..poplar import program as prog
+from ..popops.expr import _1
+from .build import all_reduce_gradients, argmax, build_backward, build_forward, flat, split, \
+    uses_dropout
+from .model import Sequential, check_weights
+from .optim import SGD
+
+TRAIN, EVAL = 0, 1          # program indices in the engine
+PRECISIONS = ("fp32", "fp16")
+
+
+def replication_available() -> bool:
+    """Whether this ipulab has replicated graphs and gcl.all_reduce (data parallelism)."""
+    return importlib.util.find_spec("ipulab.gcl") is not None
+
+
+class Evaluation(NamedTuple):
+    """What evaluate() returns: accuracy in [0, 1] and the mean loss."""
+
+    accuracy: float
+    loss: float
+
+
+def _int(v, what: str, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise GraphError(f"Trainer: {what} must be an int >= {lo}, not {v!r}")
+    return int(v)
+
+
+class Trainer:
+    """Trains an nn.Sequential on a simulated device (DESIGN section 7).
+
+    replicas: data-parallel copies; each step takes replicas x batch_size samples (replica i
+    the i-th block of batch_size) and the loss reported is the mean over all of them.
+    lr, momentum: torch.optim.SGD's.
+    precision: "fp32", or "fp16": activations, gradients and the weights used by forward and
+    backward are HALF (rounded on every write; matrix products at the fp16 rate), the update
+    goes to float32 master weights, and the loss gradient is multiplied by loss_scaling
+    (default 128 in fp16, 1 in fp32) so small gradients survive in half precision, and
+    divided back out in the update.
+    seed: the initial weights when the model has none yet (PyTorch's default initialisation)
+    and the Dropout masks.
+    input_shape: one sample's shape, e.g. (1, 8, 8), to build and compile now rather than at
+    the first fit/evaluate/predict. options: Engine options (e.g. checked codelets).
+    """
+
+    def __init__(self, model, device, replicas: int = 1, batch_size: int = 16, lr: float = 0.05,
+                 momentum: float = 0.0, precision: str = "fp32", pipeline=None,
+                 recompute: bool = False, seed: int = 0, input_shape=None,
+                 loss_scaling: float | None = None, options: dict | None = None):
+        if not isinstance(model, Sequential):
+            raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
+        if not hasattr(device, "target"):
+            raise GraphError(f"Trainer needs a device (e.g. ipulab.devices.ipu('bow')), not "
+                             f"{type(device).__name__}")
+        self.model, self.device = model, device
+        self.replicas = _int(replicas, "replicas")
+        self.batch_size = _int(batch_size, "batch_size")
+        self.seed = _int(seed, "seed", 0)
+        self.optimizer = SGD(lr, momentum)
+        if precision not in PRECISIONS:
+            raise GraphError(f"Trainer: precision must be one of {PRECISIONS}, not "
+                             f"{precision!r}")
+        self.precision, self.pipeline, self.recompute = precision, pipeline, bool(recompute)
+        self._unsupported()
+        if loss_scaling is None:
+            loss_scaling = 128.0 if precision == "fp16" else 1.0
+        if isinstance(loss_scaling, bool) or not isinstance(loss_scaling, (int, float)) or \
+                not 0 < loss_scaling < 65504:
+            raise GraphError(f"Trainer: loss_scaling must be a number in (0, 65504), not "
+                             f"{loss_scaling!r}")
+        self.loss_scaling = float(loss_scaling)
+        self.dtype = HALF if precision == "fp16" else FLOAT
+        self.options = dict(options or {})
+        if not model.initialized:
+            model.reset_parameters(self.seed)
+        self.history = {"loss": [], "accuracy": [], "cycles": [], "images_per_second": []}
+        self.graph = self.engine = None
+        self.input_shape = None
+        self._step_profile = None
+        self._step_cycles = None
+        if input_shape is not None:
+            self._build(tuple(int(s) for s in input_shape))
+
+    def _unsupported(self) -> None:
+        """Features of DESIGN section 7 that are not built yet say so, instead of training
+        something else."""
+        if self.replicas != 1 and not replication_available():
+            raise NotImplementedError(
+                f"Trainer(replicas={self.replicas}): data-parallel training needs replicated "
+                "graphs and gcl.all_reduce, which are not in this build yet; use replicas=1 "
+                "(the step graph already sums gradients through all_reduce_gradients)")
+        if self.pipeline is not None:
+            raise NotImplementedError("Trainer(pipeline=...) is not built yet; use pipeline=None")
+        if self.recompute:
+            raise NotImplementedError("Trainer(recompute=True) is not built yet")
+
+    # --- properties ---------------------------------------------------------------------------
+    @property
+    def lr(self) -> float:
+        return self.optimizer.lr
+
+    @property
+    def momentum(self) -> float:
+        return self.optimizer.momentum
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.replicas * self.batch_size
+
+    def __repr__(self) -> str:
+        return (f"Trainer({self.device.target!r}, replicas={self.replicas}, batch_size="
+                f"{self.batch_size}, {self.optimizer!r}, precision={self.precision!r})")
+
+    # --- building the graph -------------------------------------------------------------------
+    def _build(self, sample_shape: tuple) -> None:
+        model, B = self.model, self.batch_size
+        shapes = model.shapes(sample_shape)
+        if len(shapes[-1]) != 1:
+            raise GraphError(f"the model must end with class scores of shape (classes,), e.g. "
+                             f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
+        classes = shapes[-1][0]
+        g = Graph(self.device.target, replication_factor=self.replicas)   # one replica's graph
+        dt = self.dtype
+        x = g.add_variable(dt, [B, *sample_shape], "input")
+        labels = g.add_variable(INT, [B], "labels")
+        poputil.map_tensor_linearly(g, x)
+        poputil.map_tensor_linearly(g, labels)
+        params, by_key = {}, {}
+        for key, shape in model.param_shapes().items():
+            t = g.add_variable(FLOAT, list(shape), key)
+            poputil.map_tensor_linearly(g, t)
+            g.create_host_write(f"write/{key}", t)
+            g.create_host_read(f"read/{key}", t)
+            index, name = key.split(".")
+            params.setdefault(int(index), {})[name] = t
+            by_key[key] = t
+        seed = None
+        if uses_dropout(model):
+            seed = g.add_variable(UNSIGNED_INT, [2], "dropout/seed")
+            g.set_tile_mapping(seed, 0)
+            g.create_host_write("write/dropout/seed", seed)
+
+        def fifos(prefix, outputs):
+            ins = (g.add_host_to_device_fifo(f"{prefix}/x", dt, x.num_elements()),
+                   g.add_host_to_device_fifo(f"{prefix}/labels", INT, B))
+            outs = [g.add_device_to_host_fifo(f"{prefix}/{name}", dtype, n)
+                    for name, dtype, n in outputs]
+            return ins, outs
+
+        keys = list(by_key)
+        # fp16: forward and backward use HALF copies of the float master weights, made at
+        # the start of every step (one cast over all of them)
+        to_half = prog.Sequence(name="weights to half")
+        if dt == HALF and keys:
+            half = popops.cast(g, flat([by_key[k] for k in keys]), HALF, to_half,
+                               "weights/to_half")
+            for key, t in zip(keys, split(half, [by_key[k].shape for k in keys])):
+                index, name = key.split(".")
+                params[int(index)][name] = t
+
+        # program 0: the training step
+        (fx, fy), (f_loss, f_correct) = fifos("train", [("loss", FLOAT, 1),
+                                                        ("correct", INT, 1)])
+        train = prog.Sequence(name="training step")
+        train.add(prog.Copy(fx, x))
+        train.add(prog.Copy(fy, labels))
+        train.add(to_half)
+        forward, loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
+        logits, builds = build_forward(g, model, x, params, forward, train=True, seed=seed)
+        loss = popnn.calc_loss(g, logits, labels, loss_seq, name="loss", num_correct=True,
+                               grad_scale=self.loss_scaling / (self.replicas * B))
+        backward = prog.Sequence(name="backward")
+        grads = build_backward(g, builds, loss.grad, backward)
+        update = prog.Sequence(name="update")
+        if keys:
+            grad_flat = all_reduce_gradients(g, flat([grads[k] for k in keys]), update,
+                                             self.replicas)
+            self.optimizer.build(g, flat([by_key[k] for k in keys]), grad_flat, update,
+                                 grad_scale=1.0 / self.loss_scaling)
+            if self.optimizer.velocity is not None:
+                g.create_host_write("write/sgd/velocity", self.optimizer.velocity)
+        if seed is not None:      # next step, next masks
+            popops.map_in_place(g, _1 + 1, [seed.slice(0, 1)], update, "dropout/next_seed")
+        for p in (forward, loss_seq, backward, update):
+            train.add(p)
+        train.add(prog.Copy(loss.loss.reshape([1]), f_loss))
+        train.add(prog.Copy(loss.num_correct.reshape([1]), f_correct))
+
+        # program 1: the evaluation step (the same forward when nothing differs in training)
+        (ex, ey), (e_loss, e_correct, e_pred) = fifos("eval", [
+            ("loss", FLOAT, 1), ("correct", INT, 1), ("predictions", INT, B)])
+        ev = prog.Sequence(name="evaluation step")
+        ev.add(prog.Copy(ex, x))
+        ev.add(prog.Copy(ey, labels))
+        ev.add(to_half)
+        if seed is None:
+            ev.add(forward)
+            ev.add(loss_seq)
+            eval_logits, eval_loss = logits, loss
+        else:
+            eval_logits, _ = build_forward(g, model, x, params, ev, train=False,
+                                           prefix="eval/")
+            eval_loss = popnn.calc_loss(g, eval_logits, labels, ev, name="eval/loss",
+                                        num_correct=True)
+        pred = argmax(g, eval_logits, ev, "predictions")
+        ev.add(prog.Copy(eval_loss.loss.reshape([1]), e_loss))
+        ev.add(prog.Copy(eval_loss.num_correct.reshape([1]), e_correct))
+        ev.add(prog.Copy(pred, e_pred))
+
+        engine = Engine(g, [train, ev], self.options)
+        engine.load(self.device)
+        self.graph, self.engine, self.input_shape = g, engine, sample_shape
+        self.classes = classes
+        self._write_weights(model.state_dict())
+        if seed is not None:
+            self._write("write/dropout/seed", np.array(
+                [self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF], np.uint32))
+
+    def _ensure_built(self, sample_shape, what: str) -> None:
+        sample_shape = tuple(int(s) for s in sample_shape)
+        if self.engine is None:
+            self._build(sample_shape)
+        elif sample_shape != self.input_shape:
+            raise DataError(f"{what}: samples of shape {sample_shape}, but this trainer was "
+                            f"built for {self.input_shape}")
+
+    # --- the host side of replication -----------------------------------------------------------
+    # A replicated graph describes one replica; the host sees every replica at once: a tensor
+    # is written as one block per replica, a FIFO copy moves one block per replica (replica i
+    # the i-th). With replicas == 1 the blocks are the arrays themselves.
+    def _write(self, handle: str, value: np.ndarray) -> None:
+        """The same value into every replica's copy of a tensor."""
+        if self.replicas > 1:
+            value = np.broadcast_to(value, (self.replicas,) + value.shape)
+        self.engine.write_tensor(handle, np.ascontiguousarray(value))
+
+    def _read(self, handle: str) -> np.ndarray:
+        """Replica 0's copy of a tensor (the all-reduced update keeps the replicas equal)."""
+        value = self.engine.read_tensor(handle)
+        return value[0] if self.replicas > 1 else value
+
+    def _per_step(self, values: np.ndarray) -> np.ndarray:
+        """A FIFO's output, one value per replica per step -> (steps, replicas)."""
+        return values.reshape(-1, self.replicas)
+
+    def _write_weights(self, weights: dict) -> None:
+        for key, value in weights.items():
+            self._write(f"write/{key}", value)
+        if self.optimizer.velocity is not None:       # a fresh start: no momentum yet
+            self._write("write/sgd/velocity", np.zeros(
+                self.optimizer.velocity.num_elements(), np.float32))
+
+    # --- data ---------------------------------------------------------------------------------
+    def _images(self, x, what: str) -> np.ndarray:
+        try:
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise DataError(f"{what}: images must be an array of numbers") from None
+        if x.ndim < 2 or len(x) == 0:
+            raise DataError(f"{what}: images must be (n, ...) with n >= 1 samples (NCHW for "
+                            f"convolutions), not shape {list(x.shape)}")
+        self._ensure_built(x.shape[1:], what)
+        if not np.isfinite(x).all():
+            raise DataError(f"{what}: images hold inf or nan")
+        return x
+
+    def _labels(self, y, n: int, what: str) -> np.ndarray:
+        y = np.asarray(y)
+        if y.shape != (n,) or y.dtype.kind not in "ui":
+            raise DataError(f"{what}: labels must be {n} integers (one per image), not "
+                            f"{y.dtype} of shape {list(y.shape)}")
+        if y.size and (y.min() < 0 or y.max() >= self.classes):
+            raise DataError(f"{what}: labels must be class indices in 0..{self.classes - 1}, "
+                            f"found {y.min()}..{y.max()}")
+        return y.astype(np.int32)
+
+    # --- training -----------------------------------------------------------------------------
+    def fit(self, x, y, epochs: int = 1, shuffle: bool = True, seed: int = 0) -> dict:
+        """Train for `epochs` passes over (x, y); returns (and extends) self.history.
+
+        Each step takes the next replicas x batch_size samples of the epoch's order (shuffled
+        with a generator seeded by `seed`, or in order with shuffle=False); a trailing partial
+        batch is dropped. history gets one entry per step: "loss" (mean over the global
+        batch), "accuracy" (of that batch), "cycles" (simulated cycles of the step) and
+        "images_per_second" (simulated, at the device's clock)."""
+        x = self._images(x, "fit")
+        y = self._labels(y, len(x), "fit")
+        epochs = _int(epochs, "epochs", 0)
+        gb = self.global_batch_size
+        steps = len(x) // gb
+        if steps == 0:
+            raise DataError(f"fit: {len(x)} samples are fewer than one global batch of {gb} "
+                            f"({self.replicas} replica(s) x batch_size {self.batch_size})")
+        rng = np.random.default_rng(seed)
+        e = self.engine
+        for _ in range(epochs):
+            order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
+            take = order[:steps * gb]
+            losses = np.zeros(steps * self.replicas, np.float32)
+            correct = np.zeros(steps * self.replicas, np.int32)
+            e.connect_stream("train/x", np.ascontiguousarray(x[take], self.dtype.host))
+            e.connect_stream("train/labels", np.ascontiguousarray(y[take]))
+            e.connect_stream("train/loss", losses)
+            e.connect_stream("train/correct", correct)
+            for _ in range(steps):
+                e.run(TRAIN)
+                if self._step_profile is None:
+                    self._step_profile = e.profile()
+                    self._step_cycles = self._step_profile.total_cycles
+            self._record(losses, correct)
+        self.model.load_state_dict(self.get_weights())
+        return self.history
+
+    def _record(self, losses, correct) -> None:
+        """One history entry per step; each replica reported its own batch's mean loss and
+        correct count (all batches have batch_size samples)."""
+        gb, cycles = self.global_batch_size, self._step_cycles
+        losses = self._per_step(losses.astype(np.float64)).mean(1)
+        correct = self._per_step(correct).sum(1)
+        h = self.history
+        h["loss"] += [float(v) for v in losses]
+        h["accuracy"] += [float(c) / gb for c in correct]
+        h["cycles"] += [cycles] * len(losses)
+        h["images_per_second"] += [gb * self.device.target.clock_hz / cycles] * len(losses)
+
+    # --- evaluation ---------------------------------------------------------------------------
+    def _evaluate(self, x, labels):
+        """Run the evaluation program over x in global batches (the last one padded with
+        label -1, which calc_loss counts as neither loss nor correct): (predictions, summed
+        loss, correct count)."""
+        n, B, gb = len(x), self.batch_size, self.global_batch_size
+        steps = -(-n // gb)
+        pad = steps * gb - n
+        if pad:
+            x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], np.float32)])
+            labels = np.concatenate([labels, np.full(pad, -1, np.int32)])
+        losses = np.zeros(steps * self.replicas, np.float32)
+        correct = np.zeros(steps * self.replicas, np.int32)
+        pred = np.zeros(steps * gb, np.int32)
+        e = self.engine
+        e.connect_stream("eval/x", np.ascontiguousarray(x, self.dtype.host))
+        e.connect_stream("eval/labels", np.ascontiguousarray(labels))
+        e.connect_stream("eval/loss", losses)
+        e.connect_stream("eval/correct", correct)
+        e.connect_stream("eval/predictions", pred)
+        for _ in range(steps):
+            e.run(EVAL)
+        # each batch's loss is the mean over B (padding counts zero): back to a sum
+        return pred[:n].astype(np.int64), float(np.sum(losses.astype(np.float64) * B)), \
+            int(correct.sum())
+
+    def evaluate(self, x, y) -> Evaluation:
+        """(accuracy, loss) over (x, y): the fraction classified right and the mean
+        softmax cross-entropy, computed on the device without Dropout."""
+        x = self._images(x, "evaluate")
+        y = self._labels(y, len(x), "evaluate")
+        _, loss_sum, correct = self._evaluate(x, y)
+        return Evaluation(correct / len(x), loss_sum / len(x))
+
+    def predict(self, x) -> np.ndarray:
+        """The predicted class of each image (int64), computed on the device."""
+        x = self._images(x, "predict")
+        pred, _, _ = self._evaluate(x, np.full(len(x), -1, np.int32))
+        return pred
+
+    # --- weights and profile -------------------------------------------------------------------
+    def get_weights(self) -> dict:
+        """The weights as numpy arrays in PyTorch layout, keyed like
+        torch.nn.Sequential(...).state_dict() ("0.weight", "0.bias", ...)."""
+        if self.engine is None:
+            return self.model.state_dict()
+        return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
+
+    def set_weights(self, weights: dict) -> None:
+        """Load weights keyed as get_weights() returns them (PyTorch layout); momentum starts
+        again from zero."""
+        checked = check_weights(self.model.param_shapes(), weights)
+        if self.engine is not None:
+            self._write_weights(checked)
+        self.model.load_state_dict(checked)
+
+    def profile(self):
+        """The Profile of one training step (the first one run)."""
+        if self._step_profile is None:
+            raise EngineError("no training step has run yet: call fit() first, then profile()")
+        return self._step_profile
