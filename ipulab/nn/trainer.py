@@ -36,6 +36,13 @@ from .model import Sequential, check_weights
 from .optim import SGD
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
+# The course's default run (DESIGN section 7, issue 5; `ipulab train` with no options):
+# nn.default_cnn() on data.digits() on a full Bow-2000, one replica per IPU, 16 images per
+# replica (a global batch of 64). SGD without momentum at lr 0.05 reaches only ~30 % after one
+# epoch; with momentum 0.9 and lr 0.1 the test accuracy is ~96.7 % after 5 epochs (~98.6 %
+# after 8). Trainer itself keeps torch.optim.SGD's momentum default (0).
+DEFAULT_RUN = {"system": "bow2000", "replicas": 4, "batch_size": 16, "lr": 0.1,
+               "momentum": 0.9, "epochs": 5}
 PRECISIONS = ("fp32", "fp16")
 
 
@@ -306,14 +313,19 @@ class Trainer:
         return y.astype(np.int32)
 
     # --- training -----------------------------------------------------------------------------
-    def fit(self, x, y, epochs: int = 1, shuffle: bool = True, seed: int = 0) -> dict:
+    def fit(self, x, y, epochs: int = 1, shuffle: bool = True, seed: int = 0,
+            callback=None) -> dict:
         """Train for `epochs` passes over (x, y); returns (and extends) self.history.
 
         Each step takes the next replicas x batch_size samples of the epoch's order (shuffled
         with a generator seeded by `seed`, or in order with shuffle=False); a trailing partial
         batch is dropped. history gets one entry per step: "loss" (mean over the global
         batch), "accuracy" (of that batch), "cycles" (simulated cycles of the step) and
-        "images_per_second" (simulated, at the device's clock)."""
+        "images_per_second" (simulated, at the device's clock).
+
+        callback(trainer, epoch, step, steps, loss, accuracy), if given, is called after every
+        step (epoch and step count from 0; loss and accuracy of that step's global batch);
+        when it returns False, training stops after that step (the steps run are recorded)."""
         x = self._images(x, "fit")
         y = self._labels(y, len(x), "fit")
         epochs = _int(epochs, "epochs", 0)
@@ -324,7 +336,7 @@ class Trainer:
                             f"({self.replicas} replica(s) x batch_size {self.batch_size})")
         rng = np.random.default_rng(seed)
         e = self.engine
-        for _ in range(epochs):
+        for epoch in range(epochs):
             order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
             take = order[:steps * gb]
             losses = np.zeros(steps * self.replicas, np.float32)
@@ -333,12 +345,23 @@ class Trainer:
             e.connect_stream("train/labels", np.ascontiguousarray(y[take]))
             e.connect_stream("train/loss", losses)
             e.connect_stream("train/correct", correct)
-            for _ in range(steps):
+            stop = False
+            for step in range(steps):
                 e.run(TRAIN)
                 if self._step_profile is None:
                     self._step_profile = e.profile()
                     self._step_cycles = self._step_profile.total_cycles
+                if callback is not None:
+                    r = slice(step * self.replicas, (step + 1) * self.replicas)
+                    if callback(self, epoch, step, steps,
+                                float(losses[r].astype(np.float64).mean()),
+                                float(correct[r].sum()) / gb) is False:
+                        stop, done = True, (step + 1) * self.replicas
+                        losses, correct = losses[:done], correct[:done]
+                        break
             self._record(losses, correct)
+            if stop:
+                break
         self.model.load_state_dict(self.get_weights())
         return self.history
 
