@@ -1,0 +1,104 @@
+"""`ipulab train`: the course's CNN on digits from the command line (issue 5, item 4).
+
+Small runs use --tiles-per-ipu so that each takes seconds; the full default run (a Bow-2000,
+5,888 tiles, 4 replicas) is in tests/test_default_run.py."""
+import sys
+
+import pytest
+
+from ipulab import cli
+
+
+def run(capsys, *args):
+    code = cli.main(["train", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_parser_defaults_are_the_course_run():
+    a = cli.build_parser().parse_args(["train"])
+    assert (a.system, a.replicas, a.pipeline, a.precision) == ("bow2000", None, "none", "fp32")
+    assert (a.epochs, a.batch_size, a.lr, a.momentum, a.recompute, a.report) == \
+        (5, 16, 0.1, 0.9, False, None)
+
+
+def test_cli_stays_import_light():
+    """Parsing must not import ipulab.nn, bokeh or scikit-learn (only `train` does)."""
+    import subprocess
+
+    code = ("import sys; from ipulab import cli; cli.build_parser().parse_args(['train']); "
+            "bad = [m for m in ('bokeh', 'sklearn', 'ipulab.nn', 'ipulab.viz') "
+            "if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_small_bow2000_run_prints_progress_and_table(capsys):
+    code, out, err = run(capsys, "--tiles-per-ipu", "16", "--epochs", "2", "--lr", "0.1")
+    assert code == 0, err
+    assert "bow2000 (4 IPU(s) x 16 tiles), 4 replica(s) x batch 16" in out
+    # one progress line per epoch (stdout is not a terminal here): 1,437 // 64 = 22 steps
+    assert "epoch 1/2 [" + "#" * cli.PROGRESS_WIDTH + "] 22/22" in out
+    assert "epoch 2/2 [" in out
+    for row in ("test accuracy", "simulated step time", "images/s (simulated)", "tiles used",
+                "peak tile memory", "exchange bytes per step", "IPU-Link bytes per step"):
+        assert row in out
+    assert "64 of 64" in out                       # tiles on all 4 IPUs
+    link = [line for line in out.splitlines() if line.startswith("IPU-Link bytes")][0]
+    assert not link.endswith(" 0 B")              # the all-reduce crosses the IPU-Links
+
+
+def test_step_summary_counts_link_bytes_apart():
+    import ipulab
+    from ipulab import nn
+    from ipulab.data import digits
+
+    x, y, _, _ = digits()
+    tr = nn.Trainer(nn.default_cnn(), ipulab.devices.bow2000(tiles_per_ipu=16), replicas=4,
+                    lr=0.1, momentum=0.9)
+    tr.fit(x[:64], y[:64], shuffle=False)
+    s = cli.step_summary(tr.profile())
+    src, dst, nbytes = tr.profile().exchange_traffic()
+    assert s["exchange_bytes"] + s["ipu_link_bytes"] == nbytes.sum()
+    assert s["ipu_link_bytes"] > 0 and s["tiles_used"] == s["num_tiles"] == 64
+    assert 0 < s["peak_tile_bytes"] <= s["bytes_per_tile"]
+    assert s["step_cycles"] == tr.history["cycles"][0]
+
+
+def test_report_is_self_contained_html(capsys, tmp_path):
+    path = tmp_path / "out.html"
+    code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "1",
+                         "--report", str(path))
+    assert code == 0, err
+    assert "1 IPU(s) x 8 tiles), 1 replica(s)" in out
+    assert f"report: {path}" in out
+    html = path.read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert "cdn.bokeh.org" not in html and "Bokeh" in html     # INLINE resources
+    for title in ("Training loss", "Training accuracy", "test accuracy"):
+        assert title in html
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--pipeline", "2"], "--pipeline 2: pipelining is not built yet"),
+    (["--recompute"], "--recompute is not built yet"),
+    (["--epochs", "-1"], "--epochs must be >= 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--tiles-per-ipu", "16", "--replicas", "3"], "replication_factor"),
+])
+def test_clear_errors(capsys, args, message):
+    code, out, err = run(capsys, *args)
+    assert code == 2 and message in err
+
+
+def test_usage_errors(capsys):
+    assert cli.main(["train", "--system", "pod256"]) == 2
+    assert cli.main(["train", "--precision", "bf16"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_epochs_zero_evaluates_without_a_report(capsys, tmp_path):
+    code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "0",
+                         "--report", str(tmp_path / "r.html"))
+    assert code == 1 and "no training step ran" in err
+    assert "test accuracy" in out and "simulated step time" not in out
