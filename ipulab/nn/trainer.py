@@ -433,6 +433,22 @@ class Trainer:
             self._write_weights(checked)
         self.model.load_state_dict(checked)
 
+    def dashboard(self, x=None, y=None, x_test=None, y_test=None, epochs: int = 1,
+                  seed: int = 0):
+        """The live training dashboard (an ipywidgets widget, ipulab.widgets.TrainingDashboard):
+        Start / Stop buttons, loss and accuracy updated after every step, the test accuracy
+        after every epoch, and the step profile's cycles and memory. Without data it trains on
+        ipulab.data.digits() (and tests on its test split)."""
+        from ..widgets.training import TrainingDashboard
+
+        if x is None:
+            if y is not None:
+                raise DataError("dashboard: give both x and y, or neither (digits)")
+            from ..data import digits
+
+            x, y, x_test, y_test = digits()
+        return TrainingDashboard(self, x, y, x_test, y_test, epochs=epochs, seed=seed)
+
     def profile(self):
         """The Profile of one training step (the first one run)."""
         if self._step_profile is None:

@@ -3,11 +3,12 @@
 Each takes an Engine that has run (or a Profile) and shows its most recent run:
 TileExplorer (one tile's memory, vertices and exchange partners), BSPPlayer (step through the
 supersteps), GraphInspector (compute sets -> vertices -> tensors -> tiles) and ProfileDashboard
-(all of them in tabs).
+(all of them in tabs). TrainingDashboard (Trainer.dashboard()) trains live.
 """
 from .bsp_player import BSPPlayer
 from .dashboard import ProfileDashboard
 from .graph_inspector import GraphInspector
 from .tile_explorer import TileExplorer
+from .training import TrainingDashboard
 
-__all__ = ["TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard"]
+__all__ = ["TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard", "TrainingDashboard"]

@@ -1,0 +1,163 @@
+"""TrainingDashboard: the live dashboard of an nn.Trainer (DESIGN section 8, issue 5).
+
+    dash = trainer.dashboard(x_train, y_train, x_test, y_test, epochs=5)
+    dash                       # in a notebook: Start / Stop, loss and accuracy as they change
+    dash.fit(2)                # or from code: two more epochs, the figures updating per step
+
+Loss and accuracy are bokeh lines whose ColumnDataSources get one point per training step
+(and a test-accuracy point per epoch); the step profile's cycles, images/s, tiles and memory
+are shown once the first step has run. Start runs fit in a background thread, so Stop (and the
+rest of the notebook) stays responsive; Stop ends training after the current step.
+"""
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as W
+from bokeh.layouts import row
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
+
+from ._common import bokeh_pane, fmt_int, table
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{fmt_int(n)} B"
+
+
+class TrainingDashboard(W.VBox):
+    """Live training of `trainer` on (x, y); (x_test, y_test), if given, is evaluated after
+    every epoch. Attributes: loss_source (step, loss, accuracy), test_source (step, accuracy),
+    start / stop buttons, epochs (IntText), progress (IntProgress), status and profile (HTML),
+    thread (the running background fit, or None)."""
+
+    def __init__(self, trainer, x, y, x_test=None, y_test=None, epochs: int = 1,
+                 seed: int = 0, width: int = 380):
+        self.trainer, self.x, self.y = trainer, x, y
+        self.x_test, self.y_test = x_test, y_test
+        self.seed = seed
+        self.epochs_run = 0
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._profile_shown = False
+        h = trainer.history
+        self.loss_source = ColumnDataSource({"step": list(range(1, len(h["loss"]) + 1)),
+                                             "loss": list(h["loss"]),
+                                             "accuracy": list(h["accuracy"])})
+        self.test_source = ColumnDataSource({"step": [], "accuracy": []})
+        loss = figure(title="Training loss", x_axis_label="step", y_axis_label="loss",
+                      width=width, height=250)
+        loss.line("step", "loss", source=self.loss_source)
+        acc = figure(title="Accuracy", x_axis_label="step", y_axis_label="accuracy",
+                     width=width, height=250, x_range=loss.x_range, y_range=(0, 1.02))
+        acc.line("step", "accuracy", source=self.loss_source, color="darkorange",
+                 legend_label="training batch")
+        acc.scatter("step", "accuracy", source=self.test_source, color="green", size=7,
+                    legend_label="test")
+        acc.legend.location = "bottom_right"
+        self.figures = row(loss, acc)
+        self.epochs = W.BoundedIntText(value=epochs, min=1, max=1000, description="epochs",
+                                       layout=W.Layout(width="160px"))
+        self.start = W.Button(description="Start", button_style="success", icon="play")
+        self.stop = W.Button(description="Stop", button_style="danger", icon="stop",
+                             disabled=True)
+        self.start.on_click(lambda _: self.fit_in_background())
+        self.stop.on_click(lambda _: self._stop.set())
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="epoch")
+        self.status = W.HTML(f"<code>{trainer!r}</code>")
+        self.profile = W.HTML("<i>the step profile appears after the first step</i>")
+        super().__init__([W.HBox([self.epochs, self.start, self.stop, self.progress]),
+                          self.status, bokeh_pane(self.figures), self.profile])
+        if trainer._step_profile is not None:
+            self._show_profile()
+
+    # --- training --------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def fit(self, epochs: int | None = None) -> dict:
+        """Train for `epochs` (default: the epochs box) in this thread, updating the figures
+        after every step; returns the trainer's history. Stop (or request_stop()) ends it after
+        the current step."""
+        epochs = self.epochs.value if epochs is None else int(epochs)
+        self._stop.clear()
+        self.start.disabled, self.stop.disabled = True, False
+        self.progress.max, self.progress.value = max(epochs, 1), 0
+        try:
+            for e in range(epochs):
+                self.progress.description = f"epoch {e + 1}/{epochs}"
+                self.trainer.fit(self.x, self.y, epochs=1, seed=self.seed + self.epochs_run,
+                                 callback=self._on_step)
+                self.epochs_run += 1
+                self.progress.value = e + 1
+                if self.x_test is not None:
+                    acc, loss = self.trainer.evaluate(self.x_test, self.y_test)
+                    self.test_source.stream({"step": [len(self.trainer.history["loss"])],
+                                             "accuracy": [acc]})
+                    self.status.value = (f"epoch {self.epochs_run}: test accuracy "
+                                         f"<b>{acc:.2%}</b>, test loss {loss:.4f}")
+                if self._stop.is_set():
+                    self.status.value += " — stopped"
+                    break
+        finally:
+            self.start.disabled, self.stop.disabled = False, True
+        return self.trainer.history
+
+    def fit_in_background(self, epochs: int | None = None) -> threading.Thread | None:
+        """What Start does: fit(epochs) in a background thread (None if one is running)."""
+        if self.running:
+            return None
+        self.error = None
+
+        def work():
+            try:
+                self.fit(epochs)
+            except BaseException as e:       # shown in the dashboard, kept for inspection
+                self.error = e
+                self.status.value = f"<b style='color:#b00'>{type(e).__name__}: {e}</b>"
+
+        self.start.disabled = True          # at once, not when the thread gets going
+        self.thread = threading.Thread(target=work, daemon=True)
+        self.thread.start()
+        return self.thread
+
+    def request_stop(self) -> None:
+        """What Stop does: end training after the current step."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background fit to end."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def _on_step(self, trainer, epoch, step, steps, loss, accuracy):
+        self.loss_source.stream({"step": [len(self.loss_source.data["step"]) + 1],
+                                 "loss": [loss], "accuracy": [accuracy]})
+        if not self._profile_shown:
+            self._show_profile()
+        if step + 1 == steps or step % 5 == 0:
+            self.status.value = (f"epoch {self.epochs_run + 1}, step {step + 1}/{steps}: loss "
+                                 f"{loss:.4f}, batch accuracy {accuracy:.1%}")
+        return not self._stop.is_set()
+
+    def _show_profile(self) -> None:
+        from ..cli import step_summary
+
+        t = self.trainer
+        s = step_summary(t.profile())
+        self._profile_shown = True
+        ips = t.global_batch_size / s["step_seconds"]
+        self.profile.value = "<b>One training step (simulated)</b>" + table(
+            ["", ""],
+            [("cycles", f"{fmt_int(s['step_cycles'])} ({s['step_seconds'] * 1e6:,.1f} µs)"),
+             ("images/s", fmt_int(ips)),
+             ("tiles used", f"{fmt_int(s['tiles_used'])} of {fmt_int(s['num_tiles'])}"),
+             ("peak tile memory", f"{_bytes(s['peak_tile_bytes'])} of "
+                                  f"{_bytes(s['bytes_per_tile'])}"),
+             ("exchange", _bytes(s["exchange_bytes"])),
+             ("IPU-Links", _bytes(s["ipu_link_bytes"]))])
