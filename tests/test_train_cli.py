@@ -102,3 +102,22 @@ def test_epochs_zero_evaluates_without_a_report(capsys, tmp_path):
                          "--report", str(tmp_path / "r.html"))
     assert code == 1 and "no training step ran" in err
     assert "test accuracy" in out and "simulated step time" not in out
+
+
+def test_pod16_runs_one_replica_per_ipu(capsys):
+    code, out, err = run(capsys, "--system", "pod16", "--tiles-per-ipu", "4", "--epochs", "1")
+    assert code == 0, err
+    assert "pod16 (16 IPU(s) x 4 tiles), 16 replica(s) x batch 16" in out
+    assert "epoch 1/1 [" in out and "] 5/5" in out           # 1,437 // 256 = 5 steps
+    assert "64 of 64" in out
+
+
+def test_progress_on_a_terminal_redraws_one_line_per_epoch(capsys, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "1",
+                         "--batch-size", "64")
+    assert code == 0, err
+    bar = [line for line in out.split("\n") if line.startswith("\r")]
+    assert len(bar) == 1 and bar[0].count("\r") == 22            # redrawn after every step
+    assert bar[0].rsplit("\r", 1)[1].startswith("epoch 1/1 [" + "#" * cli.PROGRESS_WIDTH)
+    assert cli._progress(1, 2, 11, 22, 0.5, 0.25).startswith("epoch 1/2 [" + "#" * 15 + "." * 15)
