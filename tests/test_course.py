@@ -7,7 +7,8 @@ import pytest
 import ipulab.course as course
 from ipulab.course import check, hint, hint_button, progress, registry
 
-from course_corpus import CORPUS
+from course_corpus import (CORPUS, MISSING_EXCHANGE, OFF_BY_ONE, OUT_OF_BOUNDS, RACE,
+                           REDUCTION_ORDER, WRONG_TILE)
 
 
 @pytest.fixture(autouse=True)
@@ -20,7 +21,7 @@ def progress_file(tmp_path, monkeypatch):
 # --- the registry ------------------------------------------------------------------------------
 def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
     sets = registry.sets()
-    assert sorted(sets) == ["ex01"]
+    assert sorted(sets) == [f"ex0{i}" for i in range(1, 8)]
     for sid, s in sets.items():
         qs = registry.questions(sid)
         kinds = {q.kind for q in qs}
@@ -33,6 +34,14 @@ def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
 
 
 # --- the wrong-answer corpus ---------------------------------------------------------------------
+def test_corpus_covers_every_set_and_every_kind_of_mistake():
+    per_set = {}
+    for qid, kind, *_ in CORPUS:
+        per_set.setdefault(qid.split(".")[0], set()).add((qid, kind))
+    assert sorted(per_set) == sorted(registry.sets())
+    assert all(len(entries) >= 3 for entries in per_set.values()), per_set
+    kinds = {kind for _, kind, *_ in CORPUS}
+    assert {OFF_BY_ONE, MISSING_EXCHANGE, WRONG_TILE, RACE, REDUCTION_ORDER, OUT_OF_BOUNDS} <= kinds
 
 
 @pytest.mark.parametrize("qid, kind, label, answer, fragments", CORPUS,
@@ -85,6 +94,11 @@ def test_predictions_are_compared_with_the_simulator(capsys):
     assert check("ex01.variable_bytes", 73) is False
     out = capsys.readouterr().out
     assert "the simulator agrees" in out and "you predicted 73" in out
+
+
+def test_percentages_are_graded_within_half_a_point():
+    assert check("ex05.busy_percent", 75.2) is True
+    assert check("ex05.busy_percent", 74) is False
 
 
 # --- hints and progress ----------------------------------------------------------------------
