@@ -1,11 +1,16 @@
 """ipulab.course: checks that reject a corpus of wrong answers with the intended message, hints,
-progress and the doctor."""
+progress, the doctor, the exercises build, and grading solutions/ and exercises/ end to end."""
 import json
+from pathlib import Path
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import ipulab.course as course
+from ipulab import cli
 from ipulab.course import check, hint, hint_button, progress, registry
+from ipulab.course.build import BuildError, build, transform_source
 
 from course_corpus import (CORPUS, MISSING_EXCHANGE, OFF_BY_ONE, OUT_OF_BOUNDS, RACE,
                            REDUCTION_ORDER, WRONG_TILE)
@@ -172,3 +177,86 @@ def test_doctor_gives_the_exact_fix(monkeypatch, tmp_path):
     fixes = {f.name: f.fix for f in report.problems()}
     assert fixes["numba JIT"] == "unset NUMBA_DISABLE_JIT   (then restart the kernel)"
     assert fixes["progress file"].startswith("export IPULAB_PROGRESS=")
+
+
+# --- building exercises -----------------------------------------------------------------------
+def test_markers_transform():
+    src = ("def f(x):\n    ### BEGIN SOLUTION\n    return x + 1\n    ### END SOLUTION\n\n"
+           "ok = check('q', f)\n### BEGIN HIDDEN CHECKS\nassert ok\n### END HIDDEN CHECKS")
+    out, change = transform_source(src)
+    assert out == ("def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError\n\n"
+                   "ok = check('q', f)")
+    assert (change.solutions, change.hidden) == (1, 1)
+    assert transform_source("### BEGIN SOLUTION\nA circle.\n### END SOLUTION",
+                            markdown=True)[0] == "YOUR ANSWER HERE"
+    for broken in ("### BEGIN SOLUTION\nx = 1", "### END SOLUTION",
+                   "### BEGIN SOLUTION\n### BEGIN HIDDEN CHECKS\n### END HIDDEN CHECKS",
+                   "### BEGIN HIDDEN CHECKS\n### END SOLUTION"):
+        with pytest.raises(BuildError):
+            transform_source(broken)
+
+
+def test_build_clears_outputs_and_drops_hidden_only_cells(tmp_path):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    cell = new_code_cell("x = 1\n### BEGIN SOLUTION\ny = 2\n### END SOLUTION", execution_count=3,
+                         outputs=[new_output("stream", name="stdout", text="hi")])
+    hidden = new_code_cell("### BEGIN HIDDEN CHECKS\nassert y == 2\n### END HIDDEN CHECKS")
+    nbformat.write(new_notebook(cells=[new_markdown_cell("# t"), cell, hidden]), sol / "01_t.ipynb")
+    (ex.mkdir(), (ex / "99_stale.ipynb").write_text("{}"))
+    assert build(sol, ex, log=lambda *_: None) == ["01_t.ipynb", "99_stale.ipynb"]
+    nb = nbformat.read(ex / "01_t.ipynb", as_version=4)
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code"]
+    assert nb.cells[1].source == "x = 1\n# YOUR CODE HERE\nraise NotImplementedError"
+    assert nb.cells[1].outputs == [] and nb.cells[1].execution_count is None
+    assert not (ex / "99_stale.ipynb").exists()
+    assert build(sol, ex, check_only=True) == []             # idempotent
+
+
+def test_course_build_and_doctor_cli(tmp_path, capsys, monkeypatch):
+    sol, ex = tmp_path / "sol", tmp_path / "ex"
+    sol.mkdir()
+    nbformat.write(new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\nx = 1\n### END SOLUTION")]),
+                   sol / "01_a.ipynb")
+    args = ["course", "build", "--solutions", str(sol), "--exercises", str(ex)]
+    assert cli.main(args + ["--check"]) == 1                   # not built yet
+    assert cli.main(args) == 0 and (ex / "01_a.ipynb").exists()
+    assert cli.main(args + ["--check"]) == 0
+    nbformat.write(new_notebook(cells=[new_code_cell("### BEGIN SOLUTION\nx = 1")]), sol / "02_b.ipynb")
+    assert cli.main(args) == 2                                 # unbalanced markers
+    assert cli.main(["course", "build", "--solutions", str(tmp_path / "none")]) == 2
+    assert cli.main(["course"]) == 0 and "ACTION" in capsys.readouterr().out
+    assert cli.main(["course", "doctor"]) == 0
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
+    assert cli.main(["course", "doctor"]) == 1
+    assert "fix: unset NUMBA_DISABLE_JIT" in capsys.readouterr().out
+
+
+# --- grading notebooks end to end -------------------------------------------------------------
+
+
+def test_course_check_exit_codes_and_table(tmp_path, capsys):
+    assert cli.main(["course", "check", str(tmp_path / "missing.ipynb")]) == 2
+    assert cli.main(["course", "check", str(tmp_path)]) == 2          # a folder without notebooks
+    # a notebook of no set is graded on the checks it runs: here one, passed
+    good = new_notebook(cells=[new_code_cell('from ipulab.course import check\n'
+                                             'check("ex03.copy_cycles", 391)')])
+    nbformat.write(good, tmp_path / "good.ipynb")
+    assert cli.main(["course", "check", str(tmp_path / "good.ipynb")]) == 0
+    assert "1 notebook(s): 1 of 1 questions passed" in capsys.readouterr().out
+    (tmp_path / "good.ipynb").unlink()
+    # a submission that answers one question right and one wrong, and has a broken cell
+    sub = new_notebook(cells=[
+        new_code_cell("from ipulab.course import check"),
+        new_code_cell('ok = check("ex01.worker_cycles", 240)'),
+        new_code_cell('ok = check("ex01.variable_bytes", 57)'),
+        new_code_cell("1 / 0")], metadata={"ipulab": {"set": "ex01"}})
+    nbformat.write(sub, tmp_path / "01_one_tile.ipynb")
+    assert cli.main(["course", "check", str(tmp_path), "--verbose"]) == 1
+    out = capsys.readouterr().out
+    rows = " | ".join(" ".join(line.split()) for line in out.splitlines())
+    for row in ("ex01.worker_cycles ✓ passed", "ex01.variable_bytes ✗ failed",
+                "ex01.six_workers ? not checked", "cell 3 ! ZeroDivisionError"):
+        assert f"01_one_tile.ipynb {row}" in rows, out
+    assert "8-byte aligned" in out and "ZeroDivisionError" in out
+    assert "1 notebook(s): 1 of 4 questions passed" in out

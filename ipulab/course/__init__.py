@@ -8,7 +8,8 @@ In an exercise notebook::
     hint("ex01.sum_squares", 1)               # tier 1 of 2-3; hint_button(...) is a button
     progress()                                # what you have done, from the local JSON file
 
-Questions live in ipulab/course/bank/ (one module per notebook).
+`ipulab course build` writes exercises/ from solutions/; `ipulab course check PATH...` grades
+notebooks. Questions live in ipulab/course/bank/ (one module per notebook).
 """
 from .api import check, hint, hint_button
 from .doctor import doctor
