@@ -15,6 +15,9 @@ from ipulab.course.build import BuildError, build, transform_source
 from course_corpus import (CORPUS, MISSING_EXCHANGE, OFF_BY_ONE, OUT_OF_BOUNDS, RACE,
                            REDUCTION_ORDER, WRONG_TILE)
 
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS, EXERCISES = ROOT / "solutions", ROOT / "exercises"
+
 
 @pytest.fixture(autouse=True)
 def progress_file(tmp_path, monkeypatch):
@@ -36,6 +39,19 @@ def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
         assert any(q.kind == "performance" and q.par and q.par.cycles for q in qs), sid
         assert all(q.id.startswith(sid + ".") and q.statement and 2 <= len(q.hints) <= 3
                    for q in qs)
+
+
+def test_solution_notebooks_ask_every_question_in_order_after_a_doctor_cell():
+    for sid, s in registry.sets().items():
+        assert (ROOT / "notebooks" / s.notebook).exists(), "a set goes with a guided notebook"
+        nb = nbformat.read(SOLUTIONS / s.notebook, as_version=4)
+        code = [c.source for c in nb.cells if c.cell_type == "code"]
+        assert "ipulab.course.doctor()" in code[0]
+        asked = [qid for src in code for qid in registry.REGISTRY if f'check("{qid}"' in src]
+        assert asked == [q.id for q in registry.questions(sid)]
+        assert nb.metadata["ipulab"]["set"] == sid
+        assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
+                   for c in nb.cells if c.cell_type == "code")
 
 
 # --- the wrong-answer corpus ---------------------------------------------------------------------
@@ -213,6 +229,16 @@ def test_build_clears_outputs_and_drops_hidden_only_cells(tmp_path):
     assert build(sol, ex, check_only=True) == []             # idempotent
 
 
+def test_exercises_are_up_to_date_with_solutions(capsys, tmp_path):
+    assert cli.main(["course", "build", "--check"]) == 0, (
+        "exercises/ is out of date: run `ipulab course build` and commit the result")
+    assert "is up to date" in capsys.readouterr().out
+    out = tmp_path / "ex"                                      # and a fresh build is identical
+    assert cli.main(["course", "build", "--solutions", str(SOLUTIONS), "--exercises", str(out)]) == 0
+    assert sorted(p.name for p in out.glob("*.ipynb")) == sorted(p.name for p in EXERCISES.glob("*.ipynb"))
+    assert all((out / p.name).read_text() == p.read_text() for p in EXERCISES.glob("*.ipynb"))
+
+
 def test_course_build_and_doctor_cli(tmp_path, capsys, monkeypatch):
     sol, ex = tmp_path / "sol", tmp_path / "ex"
     sol.mkdir()
@@ -233,6 +259,38 @@ def test_course_build_and_doctor_cli(tmp_path, capsys, monkeypatch):
 
 
 # --- grading notebooks end to end -------------------------------------------------------------
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """`ipulab course check solutions/ exercises/` once, 2 notebooks at a time."""
+    report = tmp_path_factory.mktemp("grades") / "grades.json"
+    code = cli.main(["course", "check", str(SOLUTIONS), str(EXERCISES), "--jobs", "2",
+                     "--json", str(report)])
+    grades = json.loads(report.read_text())
+    return code, {f"{Path(g['path']).parent.name}/{Path(g['path']).name}": g for g in grades}
+
+
+def test_course_check_passes_the_solutions(graded):
+    code, grades = graded
+    assert code == 1                      # the exercises are not answered
+    solved = {k: g for k, g in grades.items() if k.startswith("solutions/")}
+    assert sorted(solved) == sorted(f"solutions/{s.notebook}" for s in registry.sets().values())
+    for name, g in solved.items():
+        assert g["ok"] and not g["errors"] and not g["failure"], (name, g)
+        for qid, q in g["questions"].items():
+            assert q["status"] == "passed", (qid, q)
+            par = registry.get(qid).par
+            if par and par.cycles:              # par is what the reference solution achieves
+                assert q["metrics"]["cycles"] == par.cycles, qid
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXERCISES.glob("*.ipynb")))
+def test_exercise_runs_to_its_first_not_implemented_error_and_nothing_else_fails(graded, name):
+    g = graded[1][f"exercises/{name}"]
+    assert not g["failure"], g["failure"]
+    assert g["errors"], "an exercise notebook should stop at a NotImplementedError"
+    assert g["errors"][0]["ename"] == "NotImplementedError", g["errors"][0]
+    assert {e["ename"] for e in g["errors"]} == {"NotImplementedError"}, g["errors"]
+    assert {q["status"] for q in g["questions"].values()} == {"not answered"}, g["questions"]
 
 
 def test_course_check_exit_codes_and_table(tmp_path, capsys):
