@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test bench clean distclean
+.PHONY: lab test bench exercises clean distclean
 
 # Jupyter refuses to run as root (containers) unless told to.
 lab: $(STAMP)
@@ -14,6 +14,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/run.py
+
+# exercises/ is generated from solutions/ (and committed): run after editing a solution.
+exercises: $(STAMP)
+	$(VENV)/bin/ipulab course build
 
 # Reinstall only when pyproject.toml changes. A Python without ensurepip (Debian without
 # python3-venv) gets a venv that borrows the system pip to install its own.

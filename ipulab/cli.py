@@ -1,5 +1,6 @@
-"""The `ipulab` command: version, hardware presets, opening the course in JupyterLab, and
-training the course's CNN on a simulated system (`ipulab train`)."""
+"""The `ipulab` command: version, hardware presets, opening the course in JupyterLab,
+training the course's CNN on a simulated system (`ipulab train`), and the coursework
+(building exercises from solutions, grading notebooks, checking the installation)."""
 from __future__ import annotations
 
 import argparse
@@ -57,6 +58,12 @@ def notebooks_dir() -> Path:
     return candidate if candidate.is_dir() else Path.cwd()
 
 
+def course_dir(name: str) -> Path:
+    """The checkout's solutions/ or exercises/ folder next to the package, else ./name."""
+    candidate = Path(__file__).resolve().parent.parent / name
+    return candidate if candidate.is_dir() else Path.cwd() / name
+
+
 def _is_root() -> bool:
     """True when running as root (containers), where Jupyter refuses to start without a flag."""
     return hasattr(os, "geteuid") and os.geteuid() == 0
@@ -91,6 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="open the course notebooks in JupyterLab")
     lab.add_argument("--port", type=int, default=None, help="port for the Jupyter server")
     _train_parser(sub)
+    course = sub.add_parser("course", help="coursework: build exercises, grade notebooks, doctor")
+    csub = course.add_subparsers(dest="course_command", metavar="ACTION")
+    build = csub.add_parser("build", help="write exercises/ from solutions/ (nbgrader markers)")
+    build.add_argument("--solutions", type=Path, default=None,
+                       help="solution notebooks (default: the checkout's solutions/)")
+    build.add_argument("--exercises", type=Path, default=None,
+                       help="where to write the exercises (default: the checkout's exercises/)")
+    build.add_argument("--check", action="store_true",
+                       help="write nothing; exit 1 if exercises/ is out of date")
+    check = csub.add_parser("check", help="run notebooks and grade their checks (exit 0: all passed)")
+    check.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of notebooks")
+    check.add_argument("--jobs", "-j", type=int, default=1, help="notebooks run in parallel")
+    check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
+    check.add_argument("--json", dest="json_path", default=None, help="also write the grades as JSON")
+    check.add_argument("--verbose", "-v", action="store_true",
+                       help="print the whole message of every failed check")
+    csub.add_parser("doctor", help="check that this installation is ready for the course")
+    parser.course_parser = course
     return parser
 
 
@@ -108,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(lab_command(args.port))
     if args.command == "train":
         return train_command(args)
+    if args.command == "course":
+        return course_main(args, parser)
     parser.print_help()
     return 0
 
@@ -288,4 +315,35 @@ def train_command(args) -> int:
             return 1
         path = train_report(trainer, {"title": title, "table": table}, args.report)
         print(f"\nreport: {path}")
+    return 0
+
+
+def course_main(args, parser) -> int:
+    """`ipulab course build | check | doctor`."""
+    if args.course_command == "build":
+        from ipulab.course.build import BuildError, build
+        solutions = args.solutions or course_dir("solutions")
+        exercises = args.exercises or course_dir("exercises")
+        try:
+            differ = build(solutions, exercises, check_only=args.check)
+        except (FileNotFoundError, BuildError) as e:
+            print(f"ipulab course build: {e}", file=sys.stderr)
+            return 2
+        if args.check:
+            if differ:
+                print(f"{exercises} is out of date for: {', '.join(differ)}; run "
+                      "`ipulab course build`")
+                return 1
+            print(f"{exercises} is up to date with {solutions}")
+        return 0
+    if args.course_command == "check":
+        from ipulab.course.grade import main as grade_main
+        return grade_main(args.paths, jobs=args.jobs, timeout=args.timeout,
+                          json_path=args.json_path, verbose=args.verbose)
+    if args.course_command == "doctor":
+        from ipulab.course.doctor import doctor
+        report = doctor()
+        print(repr(report))
+        return 0 if report.ok else 1
+    parser.course_parser.print_help()
     return 0

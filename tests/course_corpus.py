@@ -1,0 +1,400 @@
+"""A corpus of WRONG answers to the course's questions: each must fail its check with the
+intended message, without raising. KIND names the mistake (the categories of COURSE.md)."""
+import numpy as np
+
+from ipulab import poplar, poplin, popops, poputil
+from ipulab.course.codelets import AddTo, Divide, Dot, Double, SumPartials, SumVertex
+from ipulab.poplar import program as prog
+from ipulab.popops.expr import _1, _2, _3
+
+OFF_BY_ONE, MISSING_EXCHANGE, WRONG_TILE, RACE, REDUCTION_ORDER, OUT_OF_BOUNDS = (
+    "off-by-one mapping", "missing exchange", "wrong tile", "racing writes",
+    "wrong reduction order", "out of bounds")
+TOO_SLOW, WRONG_VALUE, MISCONCEPTION, API_MISUSE = (
+    "too slow", "wrong value", "misconception", "API misuse")
+
+CORPUS = []   # (question id, kind, label, answer, [fragments the message must contain])
+
+
+def wrong(qid, kind, label, *fragments):
+    def add(answer):
+        CORPUS.append((qid, kind, label, answer, list(fragments)))
+        return answer
+    return add
+
+
+# --- ex01 ------------------------------------------------------------------------------------
+@wrong("ex01.sum_squares", OUT_OF_BOUNDS, "loops one element too far",
+       "Out-of-bounds", "vertex 0", "on tile 0", "`s += inp[i] * inp[i]`")
+class SumSquaresOob(poplar.Vertex):
+    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(inp, out):
+        s = 0.0
+        for i in range(len(inp) + 1):
+            s += inp[i] * inp[i]
+        out[0] = s
+
+
+@wrong("ex01.sum_squares", OFF_BY_ONE, "skips the first element",
+       "(SumSquaresSkip) on tile 0", "wrote out[0]: expected 96.0, got 80.0", "for in = [")
+class SumSquaresSkip(poplar.Vertex):
+    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(inp, out):
+        s = 0.0
+        for i in range(1, len(inp)):
+            s += inp[i] * inp[i]
+        out[0] = s
+
+
+@wrong("ex01.sum_squares", API_MISUSE, "writes its Input", "writes to an Input field", "InOut")
+class SumSquaresWritesInput(poplar.Vertex):
+    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(inp, out):
+        for i in range(len(inp)):
+            inp[i] = inp[i] * inp[i]
+        out[0] = 0.0
+
+
+def _pieces(g, x, partials, shift=0, same_out=False):
+    n = x.shape[0]
+    cs = g.add_compute_set("pieces")
+    cuts = [k * n // 6 for k in range(7)]
+    for k in range(6):
+        g.add_vertex(cs, SumVertex, {"in": x[cuts[k] + shift:cuts[k + 1]],
+                                     "out": partials[0 if same_out else k]}, tile=0)
+    return prog.Execute(cs)
+
+
+wrong("ex01.six_workers", RACE, "every vertex writes partials[0]",
+      "BSP rule broken", "write the same element", "partials[0]", "different compute sets")(
+    lambda g, x, partials: _pieces(g, x, partials, same_out=True))
+wrong("ex01.six_workers", OFF_BY_ONE, "pieces start one element late",
+      "x[0], x[1000], x[2000], x[3000], …", "read by no vertex")(
+    lambda g, x, partials: _pieces(g, x, partials, shift=1))
+
+
+@wrong("ex01.six_workers", TOO_SLOW, "one vertex for all of x",
+       "too slow", "5.83× par", "use 17 % of their issue slots")
+def one_vertex(g, x, partials):
+    cs = g.add_compute_set("one")
+    g.add_vertex(cs, SumVertex, {"in": x, "out": partials[0]}, tile=0)
+    return prog.Execute(cs)
+
+
+wrong("ex01.worker_cycles", MISCONCEPTION, "the plain sum", "compute excluding idle")(200)
+wrong("ex01.variable_bytes", MISCONCEPTION, "no alignment", "8-byte aligned")(57)
+
+
+# --- ex02 ------------------------------------------------------------------------------------
+def _local(g, x, partials, shift=1):
+    cs = g.add_compute_set("local")
+    mapping = g.get_tile_mapping(x)
+    for t, intervals in enumerate(mapping):
+        for b, e in intervals:
+            g.add_vertex(cs, SumVertex, {"in": x[b:e], "out": partials[t]},
+                         tile=(t + shift) % len(mapping))
+    return prog.Execute(cs)
+
+
+wrong("ex02.local_sums", WRONG_TILE, "each vertex one tile too far",
+      "data crossed the exchange", "(SumVertex) on tile 1", "reads x[0:7]", "on tile 0")(_local)
+
+
+@wrong("ex02.local_sums", OFF_BY_ONE, "equal blocks, ignoring the mapping",
+       "wrote partials[0]", "tile 0 holds x[0:7]")
+def local_even(g, x, partials):
+    cs = g.add_compute_set("local")
+    tiles, n = partials.shape[0], x.shape[0]
+    for t in range(tiles):
+        g.add_vertex(cs, SumVertex, {"in": x[t * n // tiles:(t + 1) * n // tiles],
+                                     "out": partials[t]}, tile=t)
+    return prog.Execute(cs)
+
+
+@wrong("ex02.no_race", RACE, "all four AddTo in one compute set",
+       "BSP rule broken", "(AddTo, tile 0", "(AddTo, tile 1", "acc[0]")
+def race_all(g, x, acc):
+    cs = g.add_compute_set("all at once")
+    for i in range(4):
+        g.add_vertex(cs, AddTo, {"part": x[i], "acc": acc[0]}, tile=i)
+    return prog.Execute(cs)
+
+
+@wrong("ex02.no_race", MISSING_EXCHANGE, "forgets the last row", "Row(s) [3] of x are read by no vertex")
+def race_three(g, x, acc):
+    steps = []
+    for i in range(3):
+        cs = g.add_compute_set(f"row {i}")
+        g.add_vertex(cs, AddTo, {"part": x[i], "acc": acc[0]}, tile=i)
+        steps.append(prog.Execute(cs))
+    return prog.Sequence(steps)
+
+
+def _normalise(g, x, y, pieces=6, order=(0, 1, 2)):
+    mapping = g.get_tile_mapping(x)
+    tiles = [t for t, iv in enumerate(mapping) if iv]
+    partials = g.add_variable(poplar.FLOAT, [len(tiles), pieces], "partials")
+    total = g.add_variable(poplar.FLOAT, [1], "total")
+    g.set_tile_mapping(total, 0)
+    css = [g.add_compute_set(n) for n in ("partial sums", "total", "divide")]
+    for row, tile in enumerate(tiles):
+        g.set_tile_mapping(partials[row], tile)
+        [(b, e)] = mapping[tile]
+        cuts = b + (e - b) * np.arange(pieces + 1) // pieces
+        for k in range(pieces):
+            piece = slice(cuts[k], cuts[k + 1])
+            g.add_vertex(css[0], SumVertex, {"in": x[piece], "out": partials[row, k]}, tile=tile)
+            g.add_vertex(css[2], Divide, {"in": x[piece], "by": total[0], "out": y[piece]},
+                         tile=tile)
+    g.add_vertex(css[1], SumVertex, {"in": partials.flatten(), "out": total[0]}, tile=0)
+    return prog.Sequence([prog.Execute(css[i]) for i in order])
+
+
+wrong("ex02.normalise", REDUCTION_ORDER, "total before the partial sums",
+      "PREVIOUS run's total", "program order")(
+    lambda g, x, y: _normalise(g, x, y, order=(1, 0, 2)))
+wrong("ex02.normalise", TOO_SLOW, "one vertex per tile", "too slow", "4.10× par")(
+    lambda g, x, y: _normalise(g, x, y, pieces=1))
+wrong("ex02.step_cycles", MISCONCEPTION, "forgets the sync", "sync")(600)
+
+
+# --- ex03 ------------------------------------------------------------------------------------
+wrong("ex03.broadcast", MISSING_EXCHANGE, "never copies to the last tile",
+      "row(s) [3]", "never written", "a missing exchange")(
+    lambda g, buf: prog.Copy(buf[0].broadcast(buf.shape[0] - 2, 0), buf[1:-1]))
+
+
+@wrong("ex03.broadcast", TOO_SLOW, "a doubling tree", "2 supersteps", "multicasts")
+def broadcast_tree(g, buf):
+    d, rounds, have = buf.shape[0] - 1, [], 1
+    while have < d + 1:
+        k = min(have, d + 1 - have)
+        rounds.append(prog.Copy(poplar.concat([buf[i] for i in range(k)]),
+                                poplar.concat([buf[have + i] for i in range(k)])))
+        have += k
+    return prog.Sequence(rounds)
+
+
+wrong("ex03.transpose", WRONG_VALUE, "copies without transposing",
+      "b[0, 1, 0]: expected", "b[j, i] must be a[i, j]")(lambda g, a, b: prog.Copy(a, b))
+wrong("ex03.transpose", TOO_SLOW, "one Copy per block", "too slow", "64 steps")(
+    lambda g, a, b: prog.Sequence([prog.Copy(a[i, j], b[j, i]) for i in range(a.shape[0])
+                                   for j in range(a.shape[0])]))
+wrong("ex03.copy_cycles", MISCONCEPTION, "a HALF as 4 bytes", "HALF as 4 bytes")(766)
+
+
+# --- ex04 ------------------------------------------------------------------------------------
+@wrong("ex04.row_mapping", OFF_BY_ONE, "row i on tile i + 1",
+       "row 0 (elements 0–4) lives on tile 1, expected tile 0")
+def map_rows_shifted(g, t):
+    for i in range(t.shape[0]):
+        g.set_tile_mapping(t[i], (i + 1) % g.target.num_tiles)
+
+
+@wrong("ex04.fix_cumsum", OUT_OF_BOUNDS, "the bug as given",
+       "Out-of-bounds", "codelet CumSum: vertex 0 on tile 0", "`out[i] = out[i - 1] + inp[i]`")
+class CumSum(poplar.Vertex):
+    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(inp, out):
+        out[0] = inp[0]
+        for i in range(1, len(inp) + 1):
+            out[i] = out[i - 1] + inp[i]
+
+
+def _stream(g, s_in, s_out, times, mapped=True):
+    v = g.add_variable(poplar.FLOAT, [4], "v")
+    if mapped:
+        g.set_tile_mapping(v, 0)
+    cs = g.add_compute_set("double")
+    g.add_vertex(cs, Double, {"x": v}, tile=0)
+    return prog.Repeat(times, prog.Sequence([prog.Copy(s_in, v), prog.Execute(cs),
+                                             prog.Copy(v, s_out)]))
+
+
+wrong("ex04.stream_double", OFF_BY_ONE, "one iteration short",
+      "streamed out 4 time(s), expected 5")(lambda g, i, o, times: _stream(g, i, o, times - 1))
+wrong("ex04.stream_double", API_MISUSE, "forgets to map the tensor",
+      "not mapped to a tile", "set_tile_mapping")(
+    lambda g, i, o, times: _stream(g, i, o, times, mapped=False))
+
+
+def _matvec(g, A, x, y, shift=0):
+    tiles, rows = g.target.num_tiles, A.shape[0]
+    cs = g.add_compute_set("matvec")
+    for i in range(rows):
+        t = i * tiles // rows
+        g.set_tile_mapping(A[i], t)
+        g.set_tile_mapping(y[i], t)
+        g.add_vertex(cs, Dot, {"a": A[i], "x": x, "out": y[i]}, tile=(t + shift) % tiles)
+    return prog.Execute(cs)
+
+
+wrong("ex04.matvec", WRONG_TILE, "vertices one tile away from their rows",
+      "too slow", "Data on another tile", "reads A[0]")(
+    lambda g, A, x, y: _matvec(g, A, x, y, shift=1))
+
+
+@wrong("ex04.matvec", TOO_SLOW, "everything on tile 0", "too slow", "2.57× par")
+def matvec_tile0(g, A, x, y):
+    g.set_tile_mapping(A, 0)
+    g.set_tile_mapping(y, 0)
+    cs = g.add_compute_set("matvec")
+    for i in range(A.shape[0]):
+        g.add_vertex(cs, Dot, {"a": A[i], "x": x, "out": y[i]}, tile=0)
+    return prog.Execute(cs)
+
+
+# --- ex05 ------------------------------------------------------------------------------------
+@wrong("ex05.fullest_tile", WRONG_VALUE, "argmin instead of argmax",
+       "run 1: you said tile 0, but tile 2 holds the most")
+def emptiest(profile):
+    t = int(np.argmin(profile.memory_total))
+    return t, max(profile.memory, key=lambda c: profile.memory[c][t])
+
+
+@wrong("ex05.fullest_tile", MISCONCEPTION, "the chip's largest category",
+       "run 3", "'exchange_buffers', not 'variables'")
+def chip_category(profile):
+    t = int(np.argmax(profile.memory_total))
+    return t, max(profile.memory, key=lambda c: profile.memory[c].sum())
+
+
+@wrong("ex05.slowest_step", MISCONCEPTION, "sums a phase over tiles",
+       "run 3", "the maximum, not the sum")
+def summed(profile):
+    step = max(profile.steps, key=lambda s: s.cycles)
+    kind, _ = max(step.phases, key=lambda p: p[1].sum())
+    return step.name, kind
+
+
+wrong("ex05.balance", TOO_SLOW, "consecutive rows", "too slow", "Work per tile")(
+    lambda tiles, per: [[(t * per, (t + 1) * per)] for t in range(tiles)])
+
+
+@wrong("ex05.balance", OFF_BY_ONE, "folded, one row short", "row(s) [14, 17, 20, 23]",
+       "owned by no tile")
+def folded_short(tiles, per):
+    h, rows = per // 2, tiles * per
+    return [[(t * h, (t + 1) * h), (rows - (t + 1) * h, rows - t * h - 1)] for t in range(tiles)]
+
+
+# --- ex06 ------------------------------------------------------------------------------------
+@wrong("ex06.dot_estimate", OUT_OF_BOUNDS, "reads x one element ahead",
+       "Out-of-bounds", "MyDotOob", "x[j + 1]")
+class MyDotOob(poplar.Vertex):
+    a = poplar.Input(poplar.Vector[poplar.FLOAT])
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(a, x, out):
+        s = np.float32(0.0)
+        for j in range(len(a)):
+            s += a[j] * x[j + 1]
+        out[0] = s
+
+    @staticmethod
+    def cycle_estimate(a, x, out):
+        return 10 + a
+
+
+@wrong("ex06.dot_estimate", MISCONCEPTION, "prices both inputs", "cost 150 worker cycles",
+       "return 10 + a")
+class MyDotPricey(poplar.Vertex):
+    a = poplar.Input(poplar.Vector[poplar.FLOAT])
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(a, x, out):
+        s = np.float32(0.0)
+        for j in range(len(a)):
+            s += a[j] * x[j]
+        out[0] = s
+
+    @staticmethod
+    def cycle_estimate(a, x, out):
+        return 10 + a + x
+
+
+def _split(g, A, x, y, s, race=False, reverse=False):
+    tiles, (rows, cols_total) = g.target.num_tiles, A.shape
+    group, cols = tiles // s, np.arange(s + 1) * A.shape[1] // s
+    partials = g.add_variable(poplar.FLOAT, [s, rows], "partials")
+    dots, sums = g.add_compute_set("dots"), g.add_compute_set("sums")
+    for i in range(rows):
+        g.set_tile_mapping(y[i], i * tiles // rows)
+    for j in range(s):
+        for i in range(rows):
+            t = j * group + i * group // rows
+            piece = A[i, cols[j]:cols[j + 1]]
+            g.set_tile_mapping(piece, t)
+            g.set_tile_mapping(partials[j, i], t)
+            g.add_vertex(dots, Dot, {"a": piece, "x": x[cols[j]:cols[j + 1]],
+                                     "out": y[i] if race else partials[j, i]}, tile=t)
+    for i in range(rows):
+        g.add_vertex(sums, SumPartials, {"p": partials[:, i], "out": y[i]}, tile=i * tiles // rows)
+    steps = [prog.Execute(dots)] if race else [prog.Execute(dots), prog.Execute(sums)]
+    return prog.Sequence(steps[::-1] if reverse else steps)
+
+
+wrong("ex06.split_matvec", RACE, "every piece writes y[i]",
+      "BSP rule broken", "(Dot, tile", "y[0]")(lambda g, A, x, y, s: _split(g, A, x, y, s, race=True))
+wrong("ex06.split_matvec", REDUCTION_ORDER, "sums before the dots",
+      "s = 1", "PREVIOUS run's product", "program order")(
+    lambda g, A, x, y, s: _split(g, A, x, y, s, reverse=True))
+
+
+@wrong("ex06.planned_mat_mul", WRONG_TILE, "inputs spread evenly, not as planned",
+       "too slow", "1.52× par", "The exchange moved")
+def naive_mat_mul(g, m, k, n, seq):
+    a = g.add_variable(poplar.FLOAT, [m, k], "a")
+    b = g.add_variable(poplar.FLOAT, [k, n], "b")
+    poputil.map_tensor_linearly(g, a)
+    poputil.map_tensor_linearly(g, b)
+    return a, b, poplin.mat_mul(g, a, b, seq, "c")
+
+
+@wrong("ex06.best_split", API_MISUSE, "calls poplin", "not poplin")
+def best_by_poplin(g, A, x, y):
+    seq = prog.Sequence()
+    c = poplin.mat_mul(g, A, x.reshape([x.shape[0], 1]), seq, "c")
+    seq.add(prog.Copy(c.flatten(), y))
+    return seq
+
+
+# --- ex07 ------------------------------------------------------------------------------------
+wrong("ex07.fused", TOO_SLOW, "three named operations", "3 compute sets", "ONE expression")(
+    lambda g, x, w, b, seq: popops.max(g, popops.add(g, popops.mul(g, x, w, seq), b, seq), 0.0,
+                                       seq))
+wrong("ex07.fused", WRONG_VALUE, "forgets the relu", "wrote y[0, 3]: expected 0.0")(
+    lambda g, x, w, b, seq: popops.map(g, _1 * _2 + _3, [x, w, b], seq))
+wrong("ex07.row_norms", WRONG_VALUE, "reduces the rows away", "one value per COLUMN")(
+    lambda g, x, seq: popops.sqrt(g, popops.reduce(g, x, [0], popops.Operation.SQUARE_ADD, seq),
+                                  seq))
+wrong("ex07.row_norms", WRONG_VALUE, "adds instead of adding squares", "n[0]: expected")(
+    lambda g, x, seq: popops.sqrt(g, popops.reduce(g, x, [1], "add", seq), seq))
+
+
+@wrong("ex07.aligned", WRONG_TILE, "w spread linearly, not like x",
+       "too slow", "bytes of w crossed the exchange")
+def w_linear(g, x):
+    w = g.add_variable(poplar.FLOAT, list(x.shape), "w")
+    poputil.map_tensor_linearly(g, w)
+    return w
+
+
+wrong("ex07.aligned", API_MISUSE, "returns x itself", "shares elements with x")(lambda g, x: x)
+wrong("ex07.conv_macs", MISCONCEPTION, "counts FLOPs", "FLOPs")(21600)
