@@ -1,18 +1,6 @@
 """Codelets shared by several test modules."""
 from ipulab import poplar
-
-
-class SumVertex(poplar.Vertex):
-    """Poplar tutorial 3's vertex: out = sum(in), accumulated like `s = 0.0; s += x`."""
-    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
-    out = poplar.Output(poplar.FLOAT)
-
-    @staticmethod
-    def compute(inp, out):
-        s = 0.0
-        for x in inp:
-            s += x
-        out[0] = s
+from ipulab.course.codelets import SumVertex  # noqa: F401  (tutorial 3's vertex, as the course ships it)
 
 
 class Dot(poplar.Vertex):

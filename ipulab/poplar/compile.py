@@ -87,12 +87,6 @@ class Compiler:
         self._vertex_groups = None
 
     # --- helpers ----------------------------------------------------------------------------
-    def tensor_name(self, t: Tensor, flat_index: int | None = None) -> str:
-        if flat_index is None:
-            return f"'{t.name}'"
-        var = self.st.variable_at(t.dtype, int(t.ids.ravel()[flat_index]))
-        return f"'{t.name}' (element {flat_index}, in variable '{var.name}')"
-
     def _buffer(self, key: str, n: int) -> int:
         """Replica 0's address of a new n-element buffer (allocated once per replica)."""
         start = self.sizes[key]

@@ -120,7 +120,6 @@ class GraphState:
         self.replica_tiles = target.num_tiles // replication_factor   # tiles of one replica
         self.arenas: dict[str, Arena] = {}
         self.variables: list[Variable] = []
-        self.var_starts: dict[str, list[int]] = {}   # per arena: offsets, for naming elements
         self.codelets: dict[str, type] = {}
         self.codelet_params: dict[type, list[str]] = {}
         self.compute_sets: list[ComputeSet] = []
@@ -132,19 +131,12 @@ class GraphState:
         self.handles: dict[str, tuple[str, Tensor]] = {}
         self.streams: dict[str, DataStream] = {}
         self.remote_buffers: dict[str, RemoteBuffer] = {}
-        self._by_start: dict[tuple[str, int], Variable] = {}
 
     def arena(self, dtype: Type) -> Arena:
         key = dtype.storage.name
         if key not in self.arenas:
             self.arenas[key] = Arena(dtype.storage)
-            self.var_starts[key] = []
         return self.arenas[key]
-
-    def variable_at(self, dtype: Type, address: int) -> Variable:
-        starts = self.var_starts[dtype.storage.name]
-        i = int(np.searchsorted(starts, address, side="right")) - 1
-        return self._by_start[(dtype.storage.name, starts[i])]
 
     def field_of(self, vid: int, key: str):
         cls = self.v_codelet[vid]
@@ -235,8 +227,6 @@ class Graph:
         var = Variable(name, dtype, shape, 0, values)
         var.offset = arena.allocate(var.size)
         st.variables.append(var)
-        st.var_starts[dtype.storage.name].append(var.offset)
-        st._by_start[(dtype.storage.name, var.offset)] = var
         return self._tensor_of(var)
 
     def add_variable(self, dtype, shape, name: str = "") -> Tensor:
