@@ -160,15 +160,19 @@ def _train_parser(sub) -> None:
                    help="one Bow IPU, a Bow-2000 (4 IPUs) or a Bow Pod16 (default: bow2000)")
     t.add_argument("--replicas", type=int, default=None,
                    help="data-parallel replicas (default: one per IPU of the system)")
-    t.add_argument("--pipeline", default="none",
-                   help="pipeline stages: only 'none' for now")
+    t.add_argument("--pipeline", default="none", metavar="none|L1,L2,...",
+                   help="cut the model into pipeline stages, one per IPU, at these layer "
+                   "indices (e.g. 3,6: layers 0-2, 3-5 and 6- on three IPUs); default none")
+    t.add_argument("--micro-batches", type=int, default=None,
+                   help="micro-batches per step with --pipeline (default: one per stage)")
     t.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
     t.add_argument("--epochs", type=int, default=TRAIN_EPOCHS)
     t.add_argument("--batch-size", type=int, default=TRAIN_BATCH_SIZE,
                    help=f"images per replica per step (default: {TRAIN_BATCH_SIZE})")
     t.add_argument("--lr", type=float, default=TRAIN_LR)
     t.add_argument("--momentum", type=float, default=TRAIN_MOMENTUM)
-    t.add_argument("--recompute", action="store_true", help="not built yet")
+    t.add_argument("--recompute", action="store_true",
+                   help="keep only block inputs; recompute activations in the backward pass")
     t.add_argument("--tiles-per-ipu", type=int, default=None,
                    help="shrink every IPU to this many tiles (fast runs for tests and teaching)")
     t.add_argument("--seed", type=int, default=0, help="initial weights and shuffling")
@@ -240,14 +244,15 @@ def train_report(trainer, result: dict, path) -> Path:
 
 def train_command(args) -> int:
     """`ipulab train`: build, train, evaluate, print the table (and write the report)."""
+    pipeline = None
     if args.pipeline.lower() != "none":
-        print(f"ipulab train: --pipeline {args.pipeline}: pipelining is not built yet; use "
-              "--pipeline none (data parallel with --replicas)", file=sys.stderr)
-        return 2
-    if args.recompute:
-        print("ipulab train: --recompute is not built yet", file=sys.stderr)
-        return 2
-    for name in ("epochs", "batch_size", "replicas", "tiles_per_ipu"):
+        try:
+            pipeline = [int(c) for c in args.pipeline.split(",")]
+        except ValueError:
+            print(f"ipulab train: --pipeline must be 'none' or layer indices like 3,6, not "
+                  f"{args.pipeline!r}", file=sys.stderr)
+            return 2
+    for name in ("epochs", "batch_size", "replicas", "tiles_per_ipu", "micro_batches"):
         v = getattr(args, name)
         if v is not None and v < (0 if name == "epochs" else 1):
             print(f"ipulab train: --{name.replace('_', '-')} must be >= "
@@ -263,11 +268,13 @@ def train_command(args) -> int:
             "bow2000": ipulab.devices.bow2000, "pod16": ipulab.devices.pod16}[args.system]
     try:
         device = make(args.tiles_per_ipu)
-        replicas = args.replicas or device.target.num_ipus
+        stages = 1 if pipeline is None else len(pipeline) + 1
+        replicas = args.replicas or max(1, device.target.num_ipus // stages)
         x_train, y_train, x_test, y_test = digits()
         trainer = nn.Trainer(nn.default_cnn(x_train.shape[1:]), device, replicas=replicas,
                              batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                             precision=args.precision, seed=args.seed,
+                             precision=args.precision, seed=args.seed, pipeline=pipeline,
+                             micro_batches=args.micro_batches, recompute=args.recompute,
                              input_shape=x_train.shape[1:])
     except (IpuLabError, ValueError) as e:
         print(f"ipulab train: {e}", file=sys.stderr)
@@ -276,6 +283,9 @@ def train_command(args) -> int:
     title = (f"default CNN on digits, {args.system} ({target.num_ipus} IPU(s) x "
              f"{target.tiles_per_ipu} tiles), {replicas} replica(s) x batch {args.batch_size}, "
              f"SGD lr {args.lr} momentum {args.momentum}, {args.precision}, "
+             + ("" if pipeline is None else f"pipeline stages at {pipeline} with "
+                f"{trainer.micro_batches} micro-batches, ")
+             + ("recompute, " if args.recompute else "") +
              f"{args.epochs} epoch(s)")
     print(title)
     tty = sys.stdout.isatty()

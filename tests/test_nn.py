@@ -10,7 +10,6 @@ from nn_reference import Reference
 import ipulab
 from ipulab import nn
 from ipulab.errors import DataError, EngineError, GraphError, TileMemoryError
-from ipulab.nn.trainer import replication_available
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +82,6 @@ def test_20_steps_match_the_numpy_reference(digits, bow, bow16, net, lr, momentu
         np.testing.assert_array_equal(v, w[k])
 
 
-@pytest.mark.skipif(not replication_available(), reason="needs replicated graphs and gcl")
 @pytest.mark.parametrize("momentum, precision", [(0.0, "fp32"), (0.9, "fp32"), (0.9, "fp16")])
 def test_4_replicas_match_the_reference_on_the_global_batch(digits, momentum, precision):
     """Data parallel on a Bow-2000 (one replica per IPU): each step takes 4 x 16 samples,
@@ -312,13 +310,19 @@ def test_history_and_profile(digits, bow16):
 # --- misuse -----------------------------------------------------------------------------------
 def test_clear_errors(digits, bow16):
     x, y = digits[0][:64], digits[1][:64]
-    if not replication_available():
-        with pytest.raises(NotImplementedError, match="replicas=4.*gcl.all_reduce"):
-            nn.Trainer(issue_cnn(), bow16, replicas=4)
-    with pytest.raises(NotImplementedError, match="pipeline"):
-        nn.Trainer(issue_cnn(), bow16, pipeline=[2])
-    with pytest.raises(NotImplementedError, match="recompute"):
-        nn.Trainer(issue_cnn(), bow16, recompute=True)
+    with pytest.raises(GraphError, match="pipeline of 2 stages needs 2 IPUs per replica"):
+        nn.Trainer(issue_cnn(), bow16, replicas=4, pipeline=[2])
+    with pytest.raises(GraphError, match="increasing layer indices between 1 and 4"):
+        nn.Trainer(issue_cnn(), bow16, pipeline=[3, 2])
+    with pytest.raises(GraphError, match="pipeline must be a list"):
+        nn.Trainer(issue_cnn(), bow16, pipeline="3")
+    four = ipulab.devices.bow2000(tiles_per_ipu=16)
+    with pytest.raises(GraphError, match="batch_size 16 does not split into 3 micro-batches"):
+        nn.Trainer(issue_cnn(), four, pipeline=[3], micro_batches=3)
+    with pytest.raises(GraphError, match="5 stages needs 5 IPUs per replica, but each .* has 4"):
+        nn.Trainer(issue_cnn(), four, pipeline=[1, 2, 3, 4])
+    with pytest.raises(GraphError, match="micro_batches= goes with pipeline"):
+        nn.Trainer(issue_cnn(), bow16, micro_batches=2)
     with pytest.raises(GraphError, match="loss_scaling"):
         nn.Trainer(issue_cnn(), bow16, precision="fp16", loss_scaling=0)
     with pytest.raises(GraphError, match="precision"):

@@ -65,6 +65,19 @@ def test_step_summary_counts_link_bytes_apart():
     assert s["step_cycles"] == tr.history["cycles"][0]
 
 
+def test_pipelined_recomputed_run(capsys):
+    """--pipeline 3,6 puts three stages on three IPUs of each replica: a Bow-2000 holds one
+    replica (the 4th IPU idles); --recompute trains to the same accuracy."""
+    code, out, err = run(capsys, "--tiles-per-ipu", "16", "--epochs", "1", "--pipeline",
+                         "3,6", "--micro-batches", "4", "--recompute", "--batch-size", "32")
+    assert code == 0, err
+    assert "1 replica(s) x batch 32" in out
+    assert "pipeline stages at [3, 6] with 4 micro-batches, recompute" in out
+    assert "48 of 64" in out                       # three IPUs' tiles
+    link = [line for line in out.splitlines() if line.startswith("IPU-Link bytes")][0]
+    assert not link.endswith(" 0 B")              # activations and gradients between stages
+
+
 def test_report_is_self_contained_html(capsys, tmp_path):
     path = tmp_path / "out.html"
     code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "1",
@@ -80,8 +93,10 @@ def test_report_is_self_contained_html(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--pipeline", "2"], "--pipeline 2: pipelining is not built yet"),
-    (["--recompute"], "--recompute is not built yet"),
+    (["--pipeline", "2x"], "--pipeline must be 'none' or layer indices like 3,6"),
+    (["--pipeline", "2,9"], "must be increasing layer indices between 1 and 7"),
+    (["--pipeline", "3", "--micro-batches", "0"], "--micro-batches must be >= 1"),
+    (["--pipeline", "3", "--micro-batches", "3"], "does not split into 3 micro-batches"),
     (["--epochs", "-1"], "--epochs must be >= 0"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--tiles-per-ipu", "16", "--replicas", "3"], "replication_factor"),

@@ -19,10 +19,11 @@ class LayerBuild:
     """What one layer sees while it is turned into graph operations."""
 
     def __init__(self, graph, seq, layer, index: int, params: dict, train: bool, relu: bool,
-                 seed, prefix: str = ""):
+                 seed, prefix: str = "", micro: int = 0):
         self.graph, self.seq, self.layer, self.index = graph, seq, layer, index
         self.params, self.train, self.relu, self.seed = params, train, relu, seed
-        self.prefix = prefix
+        self.prefix, self.micro = prefix, micro
+        self.model = self.input = None     # its model; the tensor it was given (a checkpoint)
         self.need_dx = True
         self.grads: dict = {}
         self._saved: dict = {}
@@ -30,6 +31,11 @@ class LayerBuild:
     def name(self, what: str) -> str:
         """A debug name: '<prefix><index>.<Layer>/<what>', e.g. '0.Conv2d/conv'."""
         return f"{self.prefix}{self.index}.{type(self.layer).__name__}/{what}"
+
+    @property
+    def seed_modifier(self) -> int:
+        """Random streams differ per layer and per micro-batch (and repeat when recomputed)."""
+        return self.index + 65536 * self.micro
 
     def param(self, name: str):
         return self.params[name]
@@ -47,16 +53,22 @@ class LayerBuild:
         self.grads[name] = tensor
 
 
-def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, prefix: str = ""):
-    """The forward pass of model on x into seq: (output, [LayerBuild per built layer]).
+def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, prefix: str = "",
+                  span=None, micro: int = 0):
+    """The forward pass of model's layers span = (lo, hi) (default: all) on x into seq:
+    (output, [LayerBuild per built layer]).
 
     params: {layer index: {name: tensor}}. In training mode Dropout draws masks from `seed`
-    (an UNSIGNED_INT [2] tensor); otherwise it passes its input through."""
-    layers, builds, i = model.layers, [], 0
-    while i < len(layers):
+    (an UNSIGNED_INT [2] tensor) and the layer's seed_modifier (its index and `micro`, the
+    micro-batch); otherwise it passes its input through."""
+    layers = model.layers
+    i, hi = span or (0, len(layers))
+    builds = []
+    while i < hi:
         layer = layers[i]
-        relu = layer.fuses_relu and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
-        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix)
+        relu = layer.fuses_relu and i + 1 < hi and isinstance(layers[i + 1], ReLU)
+        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix, micro)
+        b.model, b.input = model, x
         with naming(b, "forward"):
             x = layer.forward(b, x)
         builds.append(b)
@@ -64,18 +76,53 @@ def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, pr
     return x, builds
 
 
-def build_backward(graph, builds, dy, seq) -> dict:
-    """The backward pass into seq, from dy = dL/d(output): {state_dict key: gradient tensor}.
+def blocks(builds) -> list[list]:
+    """Builds cut into recompute blocks: a block starts at every layer with weights (and at
+    the first layer); only a block's input is kept for the backward pass."""
+    out = []
+    for b in builds:
+        if not out or b.layer.param_names:
+            out.append([])
+        out[-1].append(b)
+    return out
 
-    Layers before the first one with weights need no input gradient and are skipped; the
-    first layer with weights computes only its weight gradients."""
-    first = next((k for k, b in enumerate(builds) if b.layer.param_names), len(builds))
-    for k in range(len(builds) - 1, first - 1, -1):
-        b = builds[k]
-        b.seq, b.need_dx = seq, k > first
-        with naming(b, "backward"):
-            dy = b.layer.backward(b, dy)
-    return {f"{b.index}.{name}": t for b in builds for name, t in b.grads.items()}
+
+def build_backward(graph, builds, dy, seq, need_input_grad: bool = False,
+                   recompute: bool = False):
+    """The backward pass into seq, from dy = dL/d(output): ({state_dict key: gradient},
+    dL/d(input) or None).
+
+    Without need_input_grad, layers before the first one with weights are skipped and that
+    layer computes only its weight gradients. With recompute, each block's forward is built
+    again into seq from the block's input just before its backward, so the forward pass's
+    activations need not stay live until then."""
+    first = 0 if need_input_grad else \
+        next((k for k, b in enumerate(builds) if b.layer.param_names), len(builds))
+    position = {id(b): k for k, b in enumerate(builds)}
+    grads = {}
+    for block in reversed(blocks(builds)):
+        ks = [position[id(b)] for b in block]
+        if ks[-1] < first:
+            break
+        if recompute and any(b.layer.param_names for b in block):
+            b0, last = block[0], block[-1]
+            _, block = build_forward(graph, b0.model, b0.input, {b.index: b.params for b in block},
+                                     seq, b0.train, b0.seed, "recompute/" + b0.prefix,
+                                     (b0.index, last.index + (2 if last.relu else 1)), b0.micro)
+        for k, b in zip(reversed(ks), reversed(block)):
+            if k < first:
+                break
+            b.seq, b.need_dx = seq, k > first or need_input_grad
+            with naming(b, "backward"):
+                dy = b.layer.backward(b, dy)
+            grads.update({f"{b.index}.{name}": t for name, t in b.grads.items()})
+    return _keys(builds, grads), (dy if need_input_grad else None)
+
+
+def _keys(builds, grads: dict) -> dict:
+    """Gradients in state_dict order."""
+    return {f"{b.index}.{n}": grads[f"{b.index}.{n}"] for b in builds
+            for n in b.layer.param_names if f"{b.index}.{n}" in grads}
 
 
 class naming:
@@ -185,5 +232,5 @@ def flat(tensors):
     return parts[0] if len(parts) == 1 else concat(parts)
 
 
-__all__ = ["LayerBuild", "build_forward", "build_backward", "uses_dropout",
+__all__ = ["LayerBuild", "build_forward", "build_backward", "blocks", "uses_dropout",
            "all_reduce_gradients", "ArgMaxRows", "argmax", "flat", "split"]

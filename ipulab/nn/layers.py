@@ -360,7 +360,7 @@ class Dropout(Layer):
         if not b.train or self.p == 0.0:
             return x
         y, mask = poprand.dropout(b.graph, x, self.p, b.seed, b.seq, b.name("dropout"),
-                                  seed_modifier=b.index)
+                                  seed_modifier=b.seed_modifier)
         b.save(mask=mask)
         return y
 

@@ -20,13 +20,13 @@ runs program 0 once per step: no Python per tile, vertex or element.
 """
 from __future__ import annotations
 
-import importlib.util
+import re
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import popnn, popops, poputil
-from ..errors import DataError, EngineError, GraphError
+from ..errors import DataError, EngineError, GraphError, TileMemoryError
 from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph
 from ..poplar import program as prog
 from ..popops.expr import _1
@@ -34,8 +34,12 @@ from .build import all_reduce_gradients, argmax, build_backward, build_forward, 
     uses_dropout
 from .model import Sequential, check_weights
 from .optim import SGD
+from .pipeline import StepResult, make_stages, pipelined_step, sharded_forward, stage_of, \
+    stage_spans
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
+# A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias"
+_LAYER = re.compile(r"(?:^|/)(\d+)\.(?:weight|bias|[A-Z]\w*/)")
 # The course's default run (DESIGN section 7, issue 5; `ipulab train` with no options):
 # nn.default_cnn() on data.digits() on a full Bow-2000, one replica per IPU, 16 images per
 # replica (a global batch of 64). SGD without momentum at lr 0.05 reaches only ~30 % after one
@@ -44,11 +48,6 @@ TRAIN, EVAL = 0, 1          # program indices in the engine
 DEFAULT_RUN = {"system": "bow2000", "replicas": 4, "batch_size": 16, "lr": 0.1,
                "momentum": 0.9, "epochs": 5}
 PRECISIONS = ("fp32", "fp16")
-
-
-def replication_available() -> bool:
-    """Whether this ipulab has replicated graphs and gcl.all_reduce (data parallelism)."""
-    return importlib.util.find_spec("ipulab.gcl") is not None
 
 
 class Evaluation(NamedTuple):
@@ -84,7 +83,8 @@ class Trainer:
     def __init__(self, model, device, replicas: int = 1, batch_size: int = 16, lr: float = 0.05,
                  momentum: float = 0.0, precision: str = "fp32", pipeline=None,
                  recompute: bool = False, seed: int = 0, input_shape=None,
-                 loss_scaling: float | None = None, options: dict | None = None):
+                 loss_scaling: float | None = None, options: dict | None = None,
+                 micro_batches: int | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         if not hasattr(device, "target"):
@@ -98,8 +98,8 @@ class Trainer:
         if precision not in PRECISIONS:
             raise GraphError(f"Trainer: precision must be one of {PRECISIONS}, not "
                              f"{precision!r}")
-        self.precision, self.pipeline, self.recompute = precision, pipeline, bool(recompute)
-        self._unsupported()
+        self.precision, self.recompute = precision, bool(recompute)
+        self.pipeline, self.micro_batches = self._pipeline(pipeline, micro_batches)
         if loss_scaling is None:
             loss_scaling = 128.0 if precision == "fp16" else 1.0
         if isinstance(loss_scaling, bool) or not isinstance(loss_scaling, (int, float)) or \
@@ -119,18 +119,20 @@ class Trainer:
         if input_shape is not None:
             self._build(tuple(int(s) for s in input_shape))
 
-    def _unsupported(self) -> None:
-        """Features of DESIGN section 7 that are not built yet say so, instead of training
-        something else."""
-        if self.replicas != 1 and not replication_available():
-            raise NotImplementedError(
-                f"Trainer(replicas={self.replicas}): data-parallel training needs replicated "
-                "graphs and gcl.all_reduce, which are not in this build yet; use replicas=1 "
-                "(the step graph already sums gradients through all_reduce_gradients)")
-        if self.pipeline is not None:
-            raise NotImplementedError("Trainer(pipeline=...) is not built yet; use pipeline=None")
-        if self.recompute:
-            raise NotImplementedError("Trainer(recompute=True) is not built yet")
+    def _pipeline(self, pipeline, micro_batches):
+        """(boundaries or None, micro-batches per step), checked against the model, the batch
+        and one replica's IPUs."""
+        if pipeline is None:
+            if micro_batches is not None:
+                raise GraphError("Trainer: micro_batches= goes with pipeline=[...]")
+            return None, 1
+        spans = stage_spans(pipeline, len(self.model),
+                            max(1, self.device.target.num_ipus // self.replicas))
+        m = len(spans) if micro_batches is None else _int(micro_batches, "micro_batches")
+        if self.batch_size % m:
+            raise GraphError(f"Trainer: batch_size {self.batch_size} does not split into "
+                             f"{m} micro-batches")
+        return [lo for lo, _ in spans[1:]], m
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -147,7 +149,10 @@ class Trainer:
 
     def __repr__(self) -> str:
         return (f"Trainer({self.device.target!r}, replicas={self.replicas}, batch_size="
-                f"{self.batch_size}, {self.optimizer!r}, precision={self.precision!r})")
+                f"{self.batch_size}, {self.optimizer!r}, precision={self.precision!r}"
+                + ("" if self.pipeline is None else
+                   f", pipeline={self.pipeline}, micro_batches={self.micro_batches}")
+                + (", recompute=True" if self.recompute else "") + ")")
 
     # --- building the graph -------------------------------------------------------------------
     def _build(self, sample_shape: tuple) -> None:
@@ -158,18 +163,22 @@ class Trainer:
                              f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
         classes = shapes[-1][0]
         g = Graph(self.device.target, replication_factor=self.replicas)   # one replica's graph
+        stages = None
+        if self.pipeline is not None:
+            stages = make_stages(g, stage_spans(self.pipeline, len(model), g.target.num_ipus))
+        home = (lambda layer: stage_of(stages, layer).graph) if stages else (lambda layer: g)
         dt = self.dtype
         x = g.add_variable(dt, [B, *sample_shape], "input")
         labels = g.add_variable(INT, [B], "labels")
-        poputil.map_tensor_linearly(g, x)
-        poputil.map_tensor_linearly(g, labels)
+        poputil.map_tensor_linearly(home(0), x)
+        poputil.map_tensor_linearly(home(len(model) - 1), labels)
         params, by_key = {}, {}
         for key, shape in model.param_shapes().items():
+            index, name = key.split(".")
             t = g.add_variable(FLOAT, list(shape), key)
-            poputil.map_tensor_linearly(g, t)
+            poputil.map_tensor_linearly(home(int(index)), t)
             g.create_host_write(f"write/{key}", t)
             g.create_host_read(f"read/{key}", t)
-            index, name = key.split(".")
             params.setdefault(int(index), {})[name] = t
             by_key[key] = t
         seed = None
@@ -203,15 +212,27 @@ class Trainer:
         train.add(prog.Copy(fx, x))
         train.add(prog.Copy(fy, labels))
         train.add(to_half)
-        forward, loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
-        logits, builds = build_forward(g, model, x, params, forward, train=True, seed=seed)
-        loss = popnn.calc_loss(g, logits, labels, loss_seq, name="loss", num_correct=True,
-                               grad_scale=self.loss_scaling / (self.replicas * B))
-        backward = prog.Sequence(name="backward")
-        grads = build_backward(g, builds, loss.grad, backward)
+        grad_scale = self.loss_scaling / (self.replicas * B)
+        forward = loss = None
+        if stages:
+            body = prog.Sequence(name="pipeline")
+            step = pipelined_step(g, model, stages, x, labels, params, body,
+                                  micro_batches=self.micro_batches, grad_scale=grad_scale,
+                                  seed=seed, recompute=self.recompute)
+            train.add(body)
+        else:
+            forward, loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
+            logits, builds = build_forward(g, model, x, params, forward, train=True, seed=seed)
+            loss = popnn.calc_loss(g, logits, labels, loss_seq, name="loss", num_correct=True,
+                                   grad_scale=grad_scale)
+            backward = prog.Sequence(name="backward")
+            grads, _ = build_backward(g, builds, loss.grad, backward, recompute=self.recompute)
+            for p in (forward, loss_seq, backward):
+                train.add(p)
+            step = StepResult(loss.loss.reshape([1]), loss.num_correct.reshape([1]), grads)
         update = prog.Sequence(name="update")
         if keys:
-            grad_flat = all_reduce_gradients(g, flat([grads[k] for k in keys]), update,
+            grad_flat = all_reduce_gradients(g, flat([step.grads[k] for k in keys]), update,
                                              self.replicas)
             self.optimizer.build(g, flat([by_key[k] for k in keys]), grad_flat, update,
                                  grad_scale=1.0 / self.loss_scaling)
@@ -219,10 +240,9 @@ class Trainer:
                 g.create_host_write("write/sgd/velocity", self.optimizer.velocity)
         if seed is not None:      # next step, next masks
             popops.map_in_place(g, _1 + 1, [seed.slice(0, 1)], update, "dropout/next_seed")
-        for p in (forward, loss_seq, backward, update):
-            train.add(p)
-        train.add(prog.Copy(loss.loss.reshape([1]), f_loss))
-        train.add(prog.Copy(loss.num_correct.reshape([1]), f_correct))
+        train.add(update)
+        train.add(prog.Copy(step.loss, f_loss))
+        train.add(prog.Copy(step.correct, f_correct))
 
         # program 1: the evaluation step (the same forward when nothing differs in training)
         (ex, ey), (e_loss, e_correct, e_pred) = fifos("eval", [
@@ -231,21 +251,24 @@ class Trainer:
         ev.add(prog.Copy(ex, x))
         ev.add(prog.Copy(ey, labels))
         ev.add(to_half)
-        if seed is None:
+        if forward is not None and seed is None:
             ev.add(forward)
             ev.add(loss_seq)
             eval_logits, eval_loss = logits, loss
         else:
-            eval_logits, _ = build_forward(g, model, x, params, ev, train=False,
-                                           prefix="eval/")
-            eval_loss = popnn.calc_loss(g, eval_logits, labels, ev, name="eval/loss",
-                                        num_correct=True)
+            if stages:
+                eval_logits = sharded_forward(model, stages, x, params, ev)
+            else:
+                eval_logits, _ = build_forward(g, model, x, params, ev, train=False,
+                                               prefix="eval/")
+            eval_loss = popnn.calc_loss(home(len(model) - 1), eval_logits, labels, ev,
+                                        name="eval/loss", num_correct=True)
         pred = argmax(g, eval_logits, ev, "predictions")
         ev.add(prog.Copy(eval_loss.loss.reshape([1]), e_loss))
         ev.add(prog.Copy(eval_loss.num_correct.reshape([1]), e_correct))
         ev.add(prog.Copy(pred, e_pred))
 
-        engine = Engine(g, [train, ev], self.options)
+        engine = self._compile(g, [train, ev])
         engine.load(self.device)
         self.graph, self.engine, self.input_shape = g, engine, sample_shape
         self.classes = classes
@@ -253,6 +276,23 @@ class Trainer:
         if seed is not None:
             self._write("write/dropout/seed", np.array(
                 [self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF], np.uint32))
+
+    def _compile(self, g, programs) -> Engine:
+        """The Engine; a tile that overflows is reported with the layer that fills it most."""
+        try:
+            return Engine(g, programs, self.options)
+        except TileMemoryError as e:
+            layer = next((int(m.group(1)) for name, _ in e.largest
+                          if (m := _LAYER.search(name))), None)
+            if layer is None:
+                raise
+            hint = "" if self.recompute else " or recompute=True"
+            hint = f"; try pipeline=[...] (stages on more IPUs){hint}" if self.pipeline is None \
+                else f"; try more pipeline stages or micro-batches{hint}"
+            err = TileMemoryError(e.tile, e.needed, e.available, e.largest, message=(
+                f"layer {layer} ({self.model[layer]!r}) does not fit: {e}{hint}"))
+            err.profile = e.profile
+            raise err from None
 
     def _ensure_built(self, sample_shape, what: str) -> None:
         sample_shape = tuple(int(s) for s in sample_shape)

@@ -1,0 +1,168 @@
+"""Pipeline parallelism: the model cut into stages, one per IPU, fed micro-batches (GPipe).
+
+    Trainer(model, devices.bow2000(), pipeline=[3, 6], micro_batches=4)
+
+puts layers 0-2 on IPU 0, layers 3-5 on IPU 1 and the rest on IPU 2. A batch is cut into
+micro-batches; in the forward phase, time slot t runs stage s on micro-batch t - s, all stages
+at once (parallel(): their compute sets share supersteps), and the activations move to the
+next IPU over the IPU-Links between slots. The backward phase runs the same schedule in
+reverse from the last stage. Each stage adds its micro-batches' weight gradients into an
+accumulator; the update uses the sum, so one step equals a step on the whole batch. With
+S stages and M micro-batches a phase takes M + S - 1 slots: the "bubble" of S - 1 slots where
+some IPUs wait shrinks as M grows, while the activations kept for the backward pass grow with
+M (unless recompute=True keeps only each block's input).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .. import popnn, popops, poputil
+from ..errors import GraphError
+from ..poplar import program as prog
+from ..poplar.parallel import parallel
+from ..poplar.tensor import concat
+from .build import build_backward, build_forward
+
+
+class Stage(NamedTuple):
+    """Layers [lo, hi) of the model on one IPU (graph: that IPU's virtual graph)."""
+
+    lo: int
+    hi: int
+    ipu: int
+    graph: object
+
+
+def stage_spans(pipeline, num_layers: int, ipus: int) -> list[tuple[int, int]]:
+    """[(lo, hi)] per stage from the boundaries `pipeline` (the first layer of every stage
+    after the first), checked against the layers and the IPUs of one replica."""
+    try:
+        if isinstance(pipeline, (str, bytes)):
+            raise TypeError
+        cuts = [int(c) for c in pipeline]
+    except (TypeError, ValueError):
+        raise GraphError(f"Trainer: pipeline must be a list of layer indices where stages "
+                         f"begin (e.g. [3, 6]), not {pipeline!r}") from None
+    if any(isinstance(c, bool) for c in pipeline) or cuts != sorted(set(cuts)) or \
+            (cuts and (cuts[0] < 1 or cuts[-1] >= num_layers)):
+        raise GraphError(f"Trainer: pipeline boundaries {list(pipeline)} must be increasing "
+                         f"layer indices between 1 and {num_layers - 1}")
+    if len(cuts) + 1 > ipus:
+        raise GraphError(f"Trainer: a pipeline of {len(cuts) + 1} stages needs {len(cuts) + 1} "
+                         f"IPUs per replica, but each replica has {ipus}")
+    edges = [0, *cuts, num_layers]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def make_stages(graph, spans) -> list[Stage]:
+    """Stage s on IPU s of the (per-replica) graph."""
+    tpi = graph.target.tiles_per_ipu
+    return [Stage(lo, hi, s, graph.create_virtual_graph(s * tpi, (s + 1) * tpi))
+            for s, (lo, hi) in enumerate(spans)]
+
+
+def stage_of(stages, layer: int) -> Stage:
+    return next(s for s in stages if s.lo <= layer < s.hi)
+
+
+class StepResult(NamedTuple):
+    """What a training step's forward/backward gives the update and the host."""
+
+    loss: object        # FLOAT [1]: mean loss over the batch
+    correct: object     # INT [1]: correct answers in the batch
+    grads: dict         # {state_dict key: gradient tensor}
+
+
+def _like(graph, t, name: str):
+    """A new variable shaped and typed like t, mapped linearly on graph (the next IPU)."""
+    v = graph.add_variable(t.dtype, list(t.shape), name)
+    poputil.map_tensor_linearly(graph, v)
+    return v
+
+
+def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batches: int,
+                   grad_scale: float, seed=None, recompute: bool = False) -> StepResult:
+    """Forward, loss and backward of one batch through the pipeline, into seq."""
+    S, M, B = len(stages), micro_batches, x.shape[0]
+    mb = B // M
+    last = stages[-1]
+    inputs = {(0, m): x.slice(m * mb, (m + 1) * mb, 0) for m in range(M)}
+    builds, losses = {}, {}
+    for t in range(M + S - 1):                       # forward phase
+        work, moves = [], []
+        for s, st in enumerate(stages):
+            m = t - s
+            if not 0 <= m < M:
+                continue
+            part = prog.Sequence(name=f"stage {s} forward mb{m}")
+            y, builds[s, m] = build_forward(st.graph, model, inputs[s, m], params, part,
+                                            train=True, seed=seed, prefix=f"mb{m}/",
+                                            span=(st.lo, st.hi), micro=m)
+            if st is last:
+                losses[m] = popnn.calc_loss(st.graph, y, labels.slice(m * mb, (m + 1) * mb),
+                                            part, name=f"mb{m}/loss", num_correct=True,
+                                            grad_scale=grad_scale)
+            else:
+                inputs[s + 1, m] = _like(stages[s + 1].graph, y, f"mb{m}/stage{s + 1}/input")
+                moves.append(prog.Copy(y, inputs[s + 1, m],
+                                       name=f"mb{m}: stage {s} to stage {s + 1}"))
+            work.append(part)
+        seq.add(parallel(graph, work, f"pipeline forward {t}"))
+        if moves:
+            seq.add(parallel(graph, moves, f"pipeline forward {t} to next IPU"))
+    loss_sum = popops.reduce(last.graph, concat([losses[m].loss.reshape([1]) for m in range(M)]),
+                             [0], "add", seq, "loss/sum")
+    loss = popops.map(last.graph, popops.expr._1 / float(M), [loss_sum], seq, "loss/mean")
+    correct = popops.reduce(last.graph, concat([losses[m].num_correct.reshape([1])
+                                                for m in range(M)]), [0], "add", seq,
+                            "loss/num_correct")
+
+    accumulators = {}
+    for key, shape in model.param_shapes().items():
+        st = stage_of(stages, int(key.split(".")[0]))
+        acc = st.graph.add_variable(x.dtype, list(shape), f"grad_sum/{key}")
+        poputil.map_tensor_linearly(st.graph, acc)
+        accumulators[key] = acc
+    if accumulators:
+        popops.zero(graph, concat([a.flatten() for a in accumulators.values()]), seq,
+                    "grad_sum/zero")
+    grads_in = {(S - 1, m): losses[m].grad for m in range(M)}
+    for t in range(M + S - 1):                       # backward phase, last stage first
+        work, moves = [], []
+        for s, st in enumerate(stages):
+            m = M - 1 - (t - (S - 1 - s))
+            if not 0 <= m < M:
+                continue
+            part = prog.Sequence(name=f"stage {s} backward mb{m}")
+            grads, dx = build_backward(st.graph, builds[s, m], grads_in[s, m], part,
+                                       need_input_grad=s > 0, recompute=recompute)
+            for key, g in grads.items():
+                popops.scaled_add_to(st.graph, accumulators[key], g, 1.0, part,
+                                     f"mb{m}/grad_sum/{key}")
+            if s > 0:
+                grads_in[s - 1, m] = _like(stages[s - 1].graph, dx, f"mb{m}/stage{s - 1}/grad")
+                moves.append(prog.Copy(dx, grads_in[s - 1, m],
+                                       name=f"mb{m}: stage {s} to stage {s - 1}"))
+            work.append(part)
+        seq.add(parallel(graph, work, f"pipeline backward {t}"))
+        if moves:
+            seq.add(parallel(graph, moves, f"pipeline backward {t} to previous IPU"))
+    return StepResult(loss.reshape([1]), correct.reshape([1]), accumulators)
+
+
+def sharded_forward(model, stages, x, params, seq, prefix: str = "eval/"):
+    """The forward pass of a whole batch stage after stage (evaluation): logits on the last
+    stage's IPU."""
+    y = x
+    for s, st in enumerate(stages):
+        if s > 0:
+            moved = _like(st.graph, y, f"{prefix}stage{s}/input")
+            seq.add(prog.Copy(y, moved))
+            y = moved
+        y, _ = build_forward(st.graph, model, y, params, seq, train=False, prefix=prefix,
+                             span=(st.lo, st.hi))
+    return y
+
+
+__all__ = ["Stage", "StepResult", "stage_spans", "make_stages", "stage_of", "pipelined_step",
+           "sharded_forward"]
