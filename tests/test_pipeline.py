@@ -8,7 +8,7 @@ import ipulab
 from ipulab import nn
 from ipulab.poplar import FLOAT, Graph
 from ipulab.poplar import program as prog
-from ipulab.poplar.parallel import parallel
+from ipulab.poplar import parallel
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from .. import popnn, popops, poputil
 from ..errors import GraphError
 from ..poplar import program as prog
-from ..poplar.parallel import parallel
+from ..poplar import parallel
 from ..poplar.tensor import concat
 from .build import build_backward, build_forward
 

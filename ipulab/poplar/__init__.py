@@ -2,13 +2,14 @@
 from . import program
 from .engine import Engine
 from .graph import ComputeSet, DataStream, Graph, RemoteBuffer, VertexRef
+from .parallel import parallel
 from .profile import Profile
 from .program import SyncType
 from .tensor import Tensor, concat
 from .types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
 from .vertex import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 
-__all__ = ["program", "Engine", "ComputeSet", "DataStream", "Graph", "RemoteBuffer", "VertexRef",
+__all__ = ["program", "parallel", "Engine", "ComputeSet", "DataStream", "Graph", "RemoteBuffer", "VertexRef",
            "Profile",
            "SyncType", "Tensor", "concat", "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
            "Type", "InOut", "Input", "MultiVertex", "Output", "Vector", "VectorList", "Vertex"]
