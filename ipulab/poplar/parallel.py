@@ -4,7 +4,8 @@ Pipeline stages on different IPUs have nothing to wait for each other: stage 2 w
 micro-batch 3 while stage 1 works on micro-batch 4. In the BSP model that is one superstep
 whose compute phase holds the vertices of both stages (and one exchange phase for both
 stages' copies). parallel() builds exactly that from ordinary programs: it zips them, so the
-k-th compute set of each becomes ONE compute set and their k-th tensor copies ONE copy; each
+k-th compute set of each becomes ONE compute set (named '<name>/<k>') and their k-th tensor
+copies ONE copy; each
 program keeps its own order, so what it computes is unchanged. The programs must work on
 different tensors (the compiler rejects a merged compute set where one part writes what
 another reads). The programs are consumed: their compute sets are emptied into the merged
@@ -48,12 +49,10 @@ def parallel(graph, programs, name: str = "parallel") -> Sequence:
         for p in heads:                    # streams, remote buffers, control: one at a time
             if not isinstance(p, Execute) and not _is_tensor_copy(p):
                 out.add(p)
-        if len(executes) > 1:
+        if executes:         # named after the slot even when alone, to find it in a profile
             cs = graph.add_compute_set(f"{name}/{step}")
             remap.update({p.cs.id: cs.id for p in executes})
             out.add(Execute(cs))
-        elif executes:
-            out.add(executes[0])
         by_type: dict = {}
         for p in copies:
             by_type.setdefault(p.src.dtype, []).append(p)
