@@ -2,7 +2,7 @@
 intended message, without raising. KIND names the mistake (the categories of COURSE.md)."""
 import numpy as np
 
-from ipulab import poplar, poplin, popops, poputil
+from ipulab import gcl, poplar, poplin, popops, poputil
 from ipulab.course.codelets import AddTo, Divide, Dot, Double, SumPartials, SumVertex
 from ipulab.poplar import program as prog
 from ipulab.popops.expr import _1, _2, _3
@@ -398,3 +398,83 @@ def w_linear(g, x):
 
 wrong("ex07.aligned", API_MISUSE, "returns x itself", "shares elements with x")(lambda g, x: x)
 wrong("ex07.conv_macs", MISCONCEPTION, "counts FLOPs", "FLOPs")(21600)
+
+
+# --- ex08 ------------------------------------------------------------------------------------
+def _shard(g, A, x, y, split=None, copy=True):
+    """Rows [0, split) on IPU 0 and the rest on IPU 1; x copied to IPU 1 once, or not at all."""
+    T, (rows, cols) = g.target.tiles_per_ipu, A.shape
+    half = rows // 2 if split is None else split
+    ipu0, ipu1 = g.create_virtual_graph(0, T), g.create_virtual_graph(T, 2 * T)
+    x1 = ipu1.add_variable(poplar.FLOAT, [cols], "x1")
+    poputil.map_tensor_linearly(ipu1, x1)
+    cs = g.add_compute_set("sharded matvec")
+    for i in range(rows):
+        vg, xs, k, n = (ipu0, x, i, half) if i < half else (ipu1, x1 if copy else x, i - half,
+                                                            rows - half)
+        vg.set_tile_mapping(A[i], k * T // n)
+        vg.set_tile_mapping(y[i], k * T // n)
+        vg.add_vertex(cs, Dot, {"a": A[i], "x": xs, "out": y[i]}, tile=k * T // n)
+    return prog.Sequence([prog.Copy(x, x1)] * copy + [prog.Execute(cs)])
+
+
+@wrong("ex08.shard_matvec", WRONG_TILE, "everything on IPU 0",
+       "A[8, 0] is on tile 2 (IPU 0)", "rows 8 to 15 belong on IPU 1", "8 of the rows")
+def matvec_on_ipu0(g, A, x, y):
+    T, rows = g.target.tiles_per_ipu, A.shape[0]
+    cs = g.add_compute_set("matvec")
+    for i in range(rows):
+        g.set_tile_mapping(A[i], i * T // rows)
+        g.set_tile_mapping(y[i], i * T // rows)
+        g.add_vertex(cs, Dot, {"a": A[i], "x": x, "out": y[i]}, tile=i * T // rows)
+    return prog.Execute(cs)
+
+
+wrong("ex08.shard_matvec", OFF_BY_ONE, "one row too many on IPU 0",
+      "A[8, 0] is on tile 3 (IPU 0)", "1 of the rows are on the wrong IPU")(
+    lambda g, A, x, y: _shard(g, A, x, y, split=A.shape[0] // 2 + 1))
+wrong("ex08.shard_matvec", MISSING_EXCHANGE, "IPU 1's vertices read x on IPU 0",
+      "x crossed the IPU-Links more than once", "512 bytes",
+      "vertex 8 (Dot) on tile 4 (IPU 1)", "reads x (field 'x'), held on IPU 0", "copy x ONCE")(
+    lambda g, A, x, y: _shard(g, A, x, y, copy=False))
+wrong("ex08.sgd_step", MISSING_EXCHANGE, "no all-reduce",
+      "the replicas disagree", "OWN gradient only", "gcl.all_reduce")(
+    lambda g, w, grad, lr, seq: popops.scaled_subtract_from(g, w, grad, lr, seq))
+wrong("ex08.sgd_step", WRONG_VALUE, "the sum, not the mean",
+      "the same w (r = 4 replicas", "your step is 4 times too big")(
+    lambda g, w, grad, lr, seq: popops.scaled_subtract_from(
+        g, w, gcl.all_reduce(g, grad, "add", seq), lr, seq))
+
+
+@wrong("ex08.sgd_step", REDUCTION_ORDER, "updates, then all-reduces the weights",
+       "4 times too big", "you all-reduced the weights")
+def reduce_weights(g, w, grad, lr, seq):
+    popops.scaled_subtract_from(g, w, grad, lr / g.replication_factor, seq)
+    gcl.all_reduce_in_place(g, w, "add", seq)
+
+
+wrong("ex08.link_copy", MISCONCEPTION, "an on-chip sync", "sync_cycles('external')")(3785)
+wrong("ex08.link_copy", MISCONCEPTION, "one link", "how many links")(7161)
+wrong("ex08.ring_cycles", MISCONCEPTION, "every pair one hop", "route(15, 0) has 4 hops")(14190)
+
+
+@wrong("ex08.embedding_bag", TOO_SLOW, "one copy per id", "too slow", "7.64× par",
+       "copied to or from streaming memory 12 time(s)")
+def bag_row_by_row(g, table, ids, seq):
+    acc = g.add_variable(poplar.FLOAT, [table.num_elements], "acc")
+    poputil.map_tensor_linearly(g, acc)
+    row = g.clone(acc, "row")
+    popops.zero(g, acc, seq)
+    for j in range(ids.num_elements()):
+        seq.add(prog.Copy(table, row, ids[j:j + 1]))
+        popops.add_in_place(g, acc, row, seq)
+    return acc
+
+
+@wrong("ex08.embedding_bag", API_MISUSE, "copies without an offset", "row 0 of the table",
+       "without an offset")
+def bag_no_offset(g, table, ids, seq):
+    row = g.add_variable(poplar.FLOAT, [table.num_elements], "row")
+    poputil.map_tensor_linearly(g, row)
+    seq.add(prog.Copy(table, row))
+    return row

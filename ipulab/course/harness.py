@@ -72,12 +72,15 @@ def require_codelet(cls, fields: dict[str, str]):
 
 
 class Kit:
-    """A graph on a small device, with named tensors, host feeds and reads."""
+    """A graph on a small device, with named tensors, host feeds and reads. By default one IPU
+    of `tiles` tiles; `dev` gives another device (several IPUs), and `replication_factor` r
+    makes a replicated graph, whose host values have shape (r, *shape)."""
 
-    def __init__(self, tiles: int = 1):
-        self.dev = device(tiles)
+    def __init__(self, tiles: int = 1, *, dev=None, replication_factor: int = 1):
+        self.dev = dev if dev is not None else device(tiles)
         self.target = self.dev.target
-        self.g = poplar.Graph(self.target)
+        self.r = replication_factor
+        self.g = poplar.Graph(self.target, replication_factor=replication_factor)
         self.tensors: dict[str, object] = {}
         self._writes: dict[str, np.ndarray] = {}
         self._reads: list[str] = []
@@ -98,7 +101,8 @@ class Kit:
 
     def write(self, name, value):
         t = self.tensors[name]
-        self._writes[name] = np.asarray(value, dtype=t.dtype.host).reshape(t.shape)
+        shape = ((self.r,) if self.r > 1 else ()) + tuple(t.shape)
+        self._writes[name] = np.asarray(value, dtype=t.dtype.host).reshape(shape)
 
     def compile(self, program, options=None):
         """Build the Engine (checked codelets); compile errors become a Fail that explains them."""
@@ -171,8 +175,14 @@ class Kit:
 
     def vertex(self, vid: int) -> str:
         st = self.g._state
-        return (f"vertex {vid} ({st.v_codelet[vid].__name__}) on tile {st.v_tile[vid]} "
-                f"in compute set '{st.compute_sets[st.v_cs[vid]].name}'")
+        cs = st.compute_sets[st.v_cs[vid]].name
+        return (f"vertex {vid} ({st.v_codelet[vid].__name__}) on tile "
+                f"{self.tile(st.v_tile[vid])} in compute set '{cs}'")
+
+    def tile(self, tile: int) -> str:
+        """'5', or '5 (IPU 1)' when the graph spans several IPUs."""
+        ipus = self.g.target.num_ipus
+        return f"{tile} (IPU {tile // self.g.target.tiles_per_ipu})" if ipus > 1 else f"{tile}"
 
     def remote_reads(self):
         """[(vertex id, field, tensor name, elements elsewhere, their tiles, writes)] for every
