@@ -70,7 +70,8 @@ class TrainingDashboard(W.VBox):
         for f in (loss, acc):
             f.vspan("step", source=self.config_source, line_color="gray", line_dash="dashed")
         acc.add_layout(LabelSet(x="step", y=0.02, text="label", source=self.config_source,
-                                x_offset=3, text_font_size="10px", text_color="gray"))
+                                angle=np.pi / 2, text_baseline="top", x_offset=2,
+                                text_font_size="10px", text_color="gray"))   # up the line
         self.figures = row(loss, acc)
         self.epochs = W.BoundedIntText(value=epochs, min=1, max=1000, description="epochs",
                                        layout=W.Layout(width="160px"))
@@ -82,11 +83,13 @@ class TrainingDashboard(W.VBox):
         self.controls = ConfigControls(trainer, len(x))
         self.progress = W.IntProgress(value=0, min=0, max=1, description="epoch")
         self.status = W.HTML(f"<code>{trainer!r}</code>")
-        self.profile = W.HTML("<i>the step profile appears after the first step</i>")
-        self.table = W.HTML(layout=W.Layout(margin="0 0 0 24px"))
+        self.profile = W.HTML("<i>the step profile appears after the first step</i>",
+                              layout=W.Layout(flex="0 0 auto", margin="0 24px 0 0"))
+        self.table = W.HTML(layout=W.Layout(flex="0 0 auto"))
         super().__init__([W.HBox([self.epochs, self.start, self.stop, self.progress]),
                           self.controls, self.status, bokeh_pane(self.figures),
-                          W.HBox([self.profile, self.table])])
+                          W.HBox([self.profile, self.table],
+                                 layout=W.Layout(flex_flow="row wrap"))])
         if trainer._step_profile is not None:
             self._show_profile()
 

@@ -58,17 +58,18 @@ class ConfigControls(W.HBox):
         self._sizes = sorted({now.batch_size, *BATCH_SIZES})
         replicas = [r for r in replica_choices(trainer.device.target)
                     if r * self._sizes[0] <= samples]
-        small = {"button_width": "48px", "description_width": "initial"}
+        buttons = {"button_width": "56px"}
         self.replicas = W.ToggleButtons(options=sorted({now.replicas, *replicas}),
-                                        value=now.replicas, description="replicas", style=small)
+                                        value=now.replicas, style=buttons)
         self.batch_size = W.SelectionSlider(
             options=sorted({now.batch_size, *self._batches(now.replicas)}),
-            value=now.batch_size, description="batch/replica",
-            style={"description_width": "initial"})
+            value=now.batch_size)
         self.precision = W.ToggleButtons(options=PRECISIONS, value=now.precision,
-                                         description="precision", style=small)
+                                         style=buttons)
         self.replicas.observe(self._replicas_changed, "value")
-        super().__init__([self.replicas, self.batch_size, self.precision])
+        super().__init__([W.VBox([W.HTML(f"<b>{title}</b>"), w]) for title, w in (
+            ("replicas", self.replicas), ("batch size (per replica)", self.batch_size),
+            ("precision", self.precision))])
 
     def _batches(self, replicas: int) -> list[int]:
         """The batch sizes whose global batch fits in the training set."""
@@ -118,9 +119,11 @@ def step_figures(trainer) -> dict:
 
 def config_table(rows: dict, current: Config) -> str:
     """HTML: one row per configuration run ({Config: step_figures}), the current one marked."""
-    return "<b>Configurations (one simulated step each)</b>" + table(
+    body = table(
         ["", "configuration", "images/s", "cycles/step", "peak tile memory", "tiles used"],
         [("▶" if c == current else "", str(c), fmt_int(s["images_per_second"]),
           fmt_int(s["step_cycles"]), f"{_bytes(s['peak_tile_bytes'])} of "
                                      f"{_bytes(s['bytes_per_tile'])}", fmt_int(s["tiles_used"]))
          for c, s in rows.items()])
+    return (f"<div style='white-space:nowrap'><b>Configurations (one simulated step each)</b>"
+            f"{body}</div>")
