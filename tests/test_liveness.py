@@ -490,3 +490,20 @@ def test_lifetimes_cover_needed_values_and_shared_addresses_never_meet(dev4, cas
                         assert e0 < s1 or e1 < s0, (tile, o0, o1, r)
         # the tile's bytes end where its last allocation does: a shared slot counts once
         assert layout.total[tile] == max((a + -(-n // 8) * 8 for a, n, _, _ in allocs), default=0)
+
+
+def test_slots_are_shared_across_tiles_but_not_on_one():
+    """Two variables live at the same time may share a slot when they sit on different tiles
+    (pipeline stages on different IPUs), never when they share a tile."""
+    from ipulab.poplar.liveness import assign_slots, tile_blocks
+
+    start = np.array([[0], [0], [5]])
+    end = np.array([[9], [9], [7]])
+    nbytes = np.array([64, 64, 64])
+    apart = tile_blocks([np.array([0, 1]), np.array([6, 7]), np.array([1])], 8)
+    slots = assign_slots(start, end, nbytes, apart)
+    assert slots[0] == slots[1]              # same time, different tiles: one slot
+    assert slots[2] != slots[0]              # overlaps variable 0 on tile 1
+    together = tile_blocks([np.array([0, 1]), np.array([1, 2]), np.array([7])], 8)
+    slots = assign_slots(start, end, nbytes, together)
+    assert slots[0] != slots[1] and slots[2] == slots[0] == 0

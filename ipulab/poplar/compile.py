@@ -27,7 +27,8 @@ from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
 from .graph import DataStream, GraphState, RemoteBuffer
-from .liveness import Liveness, ProgramOrder, VariableIndex, assign_slots, lifetimes
+from .liveness import Liveness, ProgramOrder, VariableIndex, assign_slots, lifetimes, \
+    tile_blocks
 from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
@@ -728,7 +729,8 @@ class Compiler:
         tiles = [var_tiles[v] for v in temp.tolist()]
         nbytes = [-(-var_bytes[v] // align) * align for v in temp.tolist()]
         slots = assign_slots(start[temp], end[temp],
-                             np.array([int(b.sum()) for b in nbytes], np.int64))
+                             np.array([int(b.sum()) for b in nbytes], np.int64),
+                             tile_blocks(tiles, self.T))
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
         owners = cat([np.full(t.size, v) for t, v in zip(tiles, temp.tolist())])
         self.out.liveness = Liveness(order, temp, start[temp], end[temp], cat(tiles),

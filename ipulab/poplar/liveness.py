@@ -260,34 +260,48 @@ def _first_events(pos, var, kind):
     return var[first], kind[first]
 
 
-def assign_slots(start: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+def assign_slots(start: np.ndarray, end: np.ndarray, nbytes: np.ndarray,
+                 blocks: np.ndarray) -> np.ndarray:
     """Greedy interval colouring: variables (rows of start/end, one column per root program,
-    -1 where unused) in order of first start; each joins a slot whose members have all ended
-    before it starts in every root it uses, else opens a new slot. With one root program this
-    uses the fewest slots possible. Among free slots, the smallest that is at least as large as
-    the variable (by bytes), else the largest: the slot grows least. Returns each one's slot."""
+    -1 where unused) in order of first start; each joins a slot that is free for it -- every
+    member on the same blocks of tiles (blocks: a bool row per variable) has ended before it
+    starts, in every root it uses -- else opens a new slot. Members of one slot on different
+    tiles may be live together: a slot is as large on each tile as its largest member there.
+    Among free slots, the smallest that is at least as large as the variable (by bytes), else
+    the largest: the slot grows least. Returns each one's slot."""
     n, R = start.shape
+    G = blocks.shape[1]
     used = start >= 0
     never = np.iinfo(np.int64).max
     first = np.where(used, start, never).min(axis=1, initial=never)
     slot_of = np.zeros(n, np.int64)
-    slot_end = np.zeros((0, R), np.int64)
+    slot_end = np.zeros((0, R, G), np.int64)
     slot_bytes = np.zeros(0, np.int64)
     for i in np.lexsort((np.arange(n), first)).tolist():
-        cols = used[i]
-        free = np.flatnonzero((slot_end[:, cols] < start[i, cols]).all(axis=1))
+        cols, where = np.flatnonzero(used[i]), np.flatnonzero(blocks[i])
+        busy = slot_end[:, cols][:, :, where]
+        free = np.flatnonzero((busy < start[i, cols][None, :, None]).all(axis=(1, 2)))
         if free.size:
             fits = free[slot_bytes[free] >= nbytes[i]]
             s = int(fits[np.argmin(slot_bytes[fits])] if fits.size
                     else free[np.argmax(slot_bytes[free])])
         else:
             s = slot_bytes.size
-            slot_end = np.vstack([slot_end, np.full((1, R), -1, np.int64)])
+            slot_end = np.concatenate([slot_end, np.full((1, R, G), -1, np.int64)])
             slot_bytes = np.append(slot_bytes, 0)
-        slot_end[s, cols] = end[i, cols]
+        slot_end[s][np.ix_(cols, where)] = end[i, cols][:, None]
         slot_bytes[s] = max(slot_bytes[s], nbytes[i])
         slot_of[i] = s
     return slot_of
+
+
+def tile_blocks(tiles: list, num_tiles: int, max_blocks: int = 64) -> np.ndarray:
+    """Which of (at most max_blocks) equal runs of tiles each variable's tiles touch."""
+    G = min(num_tiles, max_blocks)
+    out = np.zeros((len(tiles), G), bool)
+    for i, t in enumerate(tiles):
+        out[i, np.asarray(t, np.int64) * G // num_tiles] = True
+    return out
 
 
 class Liveness:
