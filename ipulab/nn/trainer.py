@@ -289,8 +289,8 @@ class Trainer:
             if layer is None:
                 raise
             hint = "" if self.recompute else " or recompute=True"
-            hint = f"; try pipeline=[...] (stages on more IPUs){hint}" if self.pipeline is None \
-                else f"; try more pipeline stages or micro-batches{hint}"
+            hint = f" Or pipeline the model (pipeline=[...]: stages on more IPUs){hint}." \
+                if self.pipeline is None else f" Or use more pipeline stages{hint}."
             err = TileMemoryError(e.tile, e.needed, e.available, e.largest, message=(
                 f"layer {layer} ({self.model[layer]!r}) does not fit: {e}{hint}"))
             err.profile = e.profile
