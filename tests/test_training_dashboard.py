@@ -2,12 +2,15 @@
 import ipywidgets
 import numpy as np
 import pytest
+from traitlets import TraitError
 
 import ipulab
 from ipulab import nn
+from ipulab.cli import _bytes
 from ipulab.data import digits
-from ipulab.errors import DataError
+from ipulab.errors import DataError, TileMemoryError
 from ipulab.widgets import TrainingDashboard
+from ipulab.widgets.training_config import Config
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +19,27 @@ def data():
     return x[:160], y[:160], xt[:40], yt[:40]
 
 
-def trainer(replicas=1):
-    dev = ipulab.devices.bow2000(tiles_per_ipu=8) if replicas > 1 else \
-        ipulab.devices.ipu("bow", tiles_per_ipu=8)
-    return nn.Trainer(nn.default_cnn(), dev, replicas=replicas, lr=0.1, momentum=0.9)
+def trainer(replicas=1, tiles_per_ipu=8, **kw):
+    dev = ipulab.devices.bow2000(tiles_per_ipu=tiles_per_ipu) if replicas > 1 else \
+        ipulab.devices.ipu("bow", tiles_per_ipu=tiles_per_ipu)
+    return nn.Trainer(nn.default_cnn(), dev, replicas=replicas, **{"lr": 0.1, "momentum": 0.9,
+                                                                    **kw})
+
+
+def stop_after(dash, steps, seen=None):
+    """Click Stop once `steps` points have streamed (one per step); `seen` collects, per step,
+    whether the controls and Start were disabled then."""
+    count = []
+
+    def on_step(attr, old, new):
+        count.append(1)
+        if seen is not None:
+            seen.append((dash.controls.disabled, dash.start.disabled))
+        if len(count) == steps:
+            dash.stop.click()
+
+    dash.loss_source.on_change("data", on_step)
+    return on_step
 
 
 def test_dashboard_fit_updates_sources_and_profile(data):
@@ -77,3 +97,137 @@ def test_dashboard_defaults_to_digits_and_checks_data():
     assert len(dash.x) == 1437 and len(dash.x_test) == 360
     with pytest.raises(DataError, match="both x and y"):
         tr.dashboard(y=np.zeros(3, int))
+
+
+def test_controls_offer_only_configurations_that_can_run(data):
+    dash = trainer(4).dashboard(*data, epochs=1)
+    c = dash.controls
+    assert c.value == Config(4, 16, "fp32") and not c.disabled
+    assert c.replicas.options == (1, 2, 4)                    # the divisors of a Bow-2000's IPUs
+    assert c.precision.options == ("fp32", "fp16")
+    assert c.batch_size.options == (4, 8, 16, 32)            # 4 x 64 > the 160 samples
+    with pytest.raises(TraitError):
+        c.replicas.value = 3
+    with pytest.raises(TraitError):
+        c.batch_size.value = 64
+    c.batch_size.value = 32
+    c.replicas.value = 1                                       # now 64 fits; 32 is kept
+    assert c.batch_size.options == (4, 8, 16, 32, 64) and c.value == Config(1, 32, "fp32")
+    c.batch_size.value = 64
+    c.replicas.value = 2                                       # 2 x 64 fits the 160 samples
+    assert c.value == Config(2, 64, "fp32")
+    c.replicas.value = 4                      # 4 x 64 does not: the largest that does
+    assert c.value == Config(4, 32, "fp32")
+    assert dash.trainer.replicas == 4 and dash.trainer.batch_size == 16   # nothing built yet
+    # one IPU: one replica; a batch size off the slider's list is offered too
+    one = trainer(batch_size=12).dashboard(*data[:2]).controls
+    assert one.replicas.options == (1,) and one.batch_size.options == (4, 8, 12, 16, 32, 64)
+    # 40 samples: 4 replicas take at most 8 images each, 2 replicas 16 (the trainer's own
+    # 4 x 16 is offered at first: fit says why it cannot run)
+    few = trainer(4).dashboard(data[0][:40], data[1][:40]).controls
+    assert few.batch_size.options == (4, 8, 16)
+    few.replicas.value = 2
+    assert few.batch_size.options == (4, 8, 16) and few.batch_size.value == 16
+    few.replicas.value = 4
+    assert few.batch_size.options == (4, 8) and few.batch_size.value == 8
+
+
+def test_start_builds_the_selected_configuration_from_the_current_weights(data):
+    old = trainer(4)
+    dash = old.dashboard(*data, epochs=1)
+    dash.fit()                                              # 2 steps of 4 x 16
+    assert dash.trainer is old and len(old.history["loss"]) == 2
+    weights = old.get_weights()
+    assert "4 replicas x batch 16, fp32" in dash.table.value
+    # the model object can lag the device (a fit interrupted by an exception does not copy
+    # the weights back): the trainer's weights are the ones carried over
+    old.model.reset_parameters(seed=1)
+
+    dash.controls.replicas.value = 2
+    dash.controls.batch_size.value = 8
+    dash.controls.precision.value = "fp16"
+    assert dash.trainer is old                             # changing them builds nothing yet
+    statuses, built = [], []
+
+    def on_status(change):
+        statuses.append(change["new"])
+        if change["new"].startswith("built the graph"):     # built, no step run yet
+            built.append(dash.trainer.get_weights())
+
+    dash.status.observe(on_status, "value")
+    seen = []
+    stop_after(dash, 2, seen)
+    dash.start.click()
+    assert dash.start.disabled and dash.controls.disabled     # at once
+    dash.wait(120)
+    assert not dash.running and dash.error is None
+    new = dash.trainer
+    assert new is not old and (new.replicas, new.batch_size, new.precision) == (2, 8, "fp16")
+    assert new.model is old.model and new.device is old.device
+    assert (new.lr, new.momentum, new.seed) == (0.1, 0.9, 0) and new.loss_scaling == 128.0
+    assert new.pipeline is old.pipeline and new.recompute == old.recompute
+    assert len(built) == 1 and built[0].keys() == weights.keys()
+    for key in weights:
+        np.testing.assert_array_equal(built[0][key], weights[key])
+    assert statuses[0] == "building the graph for 2 replicas x batch 8, fp16..."
+    assert "stopped" in statuses[-1]
+    assert len(old.history["loss"]) == 2 and len(new.history["loss"]) == 2
+    # the history plots go on across configurations; a marker where each one started
+    assert list(dash.loss_source.data["step"]) == [1, 2, 3, 4]
+    np.testing.assert_allclose(dash.loss_source.data["loss"][2:], new.history["loss"],
+                               rtol=1e-6)
+    assert dash.config_source.data == {"step": [0.5, 2.5], "label": ["4×16 fp32", "2×8 fp16"]}
+    assert list(dash.test_source.data["step"]) == [2, 4]
+    # controls disabled at every step, enabled again after
+    assert seen == [(True, True), (True, True)]
+    assert not dash.controls.disabled and not dash.start.disabled and dash.stop.disabled
+    # the table compares the two configurations, from each one's step profile
+    assert list(dash.configs) == [Config(4, 16, "fp32"), Config(2, 8, "fp16")]
+    for t in (old, new):
+        row = dash.configs[Config.of(t)]
+        assert row["images_per_second"] == pytest.approx(t.history["images_per_second"][0])
+        assert row["peak_tile_bytes"] == t.profile().memory_total.max()
+        assert _bytes(row["peak_tile_bytes"]) in dash.table.value
+    assert dash.table.value.index("▶") > dash.table.value.index("4 replicas x batch 16")
+    assert "2 replicas x batch 8, fp16" in dash.profile.value
+    # Start again without changing anything: the same trainer trains on
+    stop_after(dash, 3)
+    dash.start.click()
+    dash.wait(120)
+    assert dash.trainer is new and len(new.history["loss"]) == 2 + 3
+    assert len(dash.config_source.data["step"]) == 2
+
+
+def test_changing_controls_during_a_run_waits_for_the_next_start(data):
+    tr = trainer()
+    dash = tr.dashboard(*data[:2], epochs=1)
+
+    def switch_precision(attr, old, new):        # set from code while the buttons are grey
+        dash.controls.precision.value = "fp16"
+
+    dash.loss_source.on_change("data", switch_precision)
+    dash.fit()
+    assert dash.trainer is tr and len(tr.history["loss"]) == 10     # the whole epoch, fp32
+    dash.fit(0)                                  # builds the selected configuration only
+    assert dash.trainer is not tr and dash.trainer.precision == "fp16"
+    assert dash.trainer.history["loss"] == []
+
+
+def test_a_configuration_that_does_not_fit_keeps_the_trainer(data):
+    tr = trainer(tiles_per_ipu=1, batch_size=8, momentum=0.0)     # one tile
+    dash = tr.dashboard(*data[:2])
+    dash.controls.batch_size.value = 16                      # fp32: out of tile memory
+    dash.start.click()
+    dash.wait(120)
+    assert isinstance(dash.error, TileMemoryError)
+    assert dash.status.value.startswith("building the graph for 1 replica x batch 16, fp32...")
+    assert "TileMemoryError" in dash.status.value
+    assert dash.trainer is tr and tr.history["loss"] == []
+    assert not dash.controls.disabled and not dash.start.disabled
+    dash.controls.precision.value = "fp16"                   # half the bytes: it fits
+    stop_after(dash, 1)
+    dash.start.click()
+    dash.wait(120)
+    assert dash.error is None and dash.trainer.precision == "fp16"
+    assert len(dash.trainer.history["loss"]) == 1 and list(dash.configs) == [
+        Config(1, 16, "fp16")]

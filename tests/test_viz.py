@@ -331,11 +331,12 @@ def test_liveness_values_equal_profile(small):
     fig = viz.liveness(small)
     d = source(fig, "liveness").data
     live = small.liveness()
-    for k in ("total", "always_live", "peak_tile"):
+    for k in ("total", "always_live", "not_always_live", "peak_tile"):
         np.testing.assert_array_equal(d[k], live[k])
     assert list(d["name"]) == [r.name for r in small.steps]
     assert "@name" in tooltip_fields(fig)
-    assert {r.name for r in glyphs(fig)} == {"total", "always_live", "peak_tile"}
+    assert {r.name for r in glyphs(fig)} == {"total", "always_live", "not_always_live",
+                                             "peak_tile"}
 
 
 def test_liveness_bins_keep_peaks(small):

@@ -15,33 +15,66 @@ class TileMemory:
     Requests are (tile, bytes, category, owner index). On each tile the allocations are placed
     in category order (code first, then constants, variables, vertex state, exchange buffers),
     in request order within a category, each aligned; addresses are byte offsets in the tile.
+
+    shared: optional (tiles, bytes, owners, slots) of variables that are not always live (see
+    poplar/liveness.py). The members of one slot are never live at the same time, so on each
+    tile the slot takes the aligned bytes of its largest member there, placed after the other
+    variables, and every member sits at its slot's address: addresses overlap only between
+    variables whose lifetimes do not. `shared_bytes` is the slots' bytes per tile (counted in
+    "variables"). The per-owner views (allocations_on, largest_on, largest_owner) list each
+    member with its own bytes.
     """
 
     def __init__(self, num_tiles: int, bytes_per_tile: int, alignment: int,
-                 tiles, sizes, categories, owners, owner_names: list[str]):
+                 tiles, sizes, categories, owners, owner_names: list[str], shared=None):
         self.num_tiles, self.bytes_per_tile, self.alignment = num_tiles, bytes_per_tile, alignment
         self.owner_names = owner_names
-        tiles, sizes = np.asarray(tiles, np.int64), np.asarray(sizes, np.int64)
-        categories, owners = np.asarray(categories, np.int8), np.asarray(owners, np.int64)
-        keep = sizes > 0
-        tiles, sizes, categories, owners = tiles[keep], sizes[keep], categories[keep], owners[keep]
-        order = np.lexsort((np.arange(tiles.size), categories, tiles))
-        self.tile, self.size = tiles[order], sizes[order]
-        self.category, self.owner = categories[order], owners[order]
-        self.aligned = aligned = -(-self.size // alignment) * alignment
-        ends = np.cumsum(aligned)
-        starts = ends - aligned
-        first = np.searchsorted(self.tile, self.tile, side="left")  # first allocation of the tile
-        self.address = starts - starts[first] if starts.size else starts
+        tiles, sizes, categories, owners = _nonempty(tiles, sizes, categories, owners)
+        m_tile, m_size, m_owner, m_slot = _nonempty(*(shared or ((),) * 4))
+        # one region per (slot, tile), as large as its largest member there
+        regions, member_region = np.unique(m_slot * num_tiles + m_tile, return_inverse=True)
+        r_size = np.zeros(regions.size, np.int64)
+        np.maximum.at(r_size, member_region, self._align(m_size))
+        n, variables = tiles.size, CATEGORY["variables"]
+        s_tile = np.concatenate([tiles, regions % num_tiles])
+        s_size = np.concatenate([sizes, r_size])
+        s_cat = np.concatenate([categories, np.full(regions.size, variables)])
+        address = self._place(s_tile, s_size, s_cat)
         self.by_category = np.zeros((len(CATEGORIES), num_tiles), np.int64)
-        np.add.at(self.by_category, (self.category, self.tile), aligned)
+        np.add.at(self.by_category, (s_cat, s_tile), self._align(s_size))
         self.total = self.by_category.sum(axis=0)
+        self.shared_bytes = np.bincount(s_tile[n:], weights=r_size,
+                                        minlength=num_tiles).astype(np.int64)
+        # the listed allocations: requests, and each shared variable at its slot's address
+        tile = np.concatenate([tiles, m_tile])
+        address = np.concatenate([address[:n], address[n:][member_region]])
+        order = np.lexsort((np.arange(tile.size), address, tile))
+        self.tile, self.address = tile[order], address[order]
+        self.size = np.concatenate([sizes, m_size])[order]
+        self.category = np.concatenate(
+            [categories, np.full(m_tile.size, variables)])[order]
+        self.owner = np.concatenate([owners, m_owner])[order]
+        self.aligned = self._align(self.size)
+
+    def _align(self, n: np.ndarray) -> np.ndarray:
+        return -(-n // self.alignment) * self.alignment
+
+    def _place(self, tiles, sizes, categories) -> np.ndarray:
+        """Addresses: per tile, in category order, then request order, each aligned."""
+        order = np.lexsort((np.arange(tiles.size), categories, tiles))
+        aligned = self._align(sizes[order])
+        starts = np.cumsum(aligned) - aligned
+        first = np.searchsorted(tiles[order], tiles[order], side="left")
+        address = np.empty(tiles.size, np.int64)
+        address[order] = starts - starts[first]
+        return address
 
     def as_dict(self) -> dict[str, np.ndarray]:
         return {name: self.by_category[i] for i, name in enumerate(CATEGORIES)}
 
     def allocations_on(self, tile: int) -> list[tuple[int, int, str, str]]:
-        """(address, bytes, category, owner) of every allocation on a tile, by address."""
+        """(address, bytes, category, owner) of every allocation on a tile, by address
+        (variables that are not always live may share an address)."""
         lo, hi = np.searchsorted(self.tile, [tile, tile + 1])
         return [(int(self.address[i]), int(self.size[i]), CATEGORIES[self.category[i]],
                  self.owner_names[self.owner[i]]) for i in range(lo, hi)]
@@ -69,9 +102,17 @@ class TileMemory:
         return names, nbytes
 
     def check(self) -> None:
-        """Raise TileMemoryError for the tile that is most over its budget, if any."""
+        """Raise TileMemoryError for the tile that is most over its budget, if any; it names
+        the largest owners there (a variable that is not always live with its own bytes)."""
         over = self.total - self.bytes_per_tile
         if over.size and over.max() > 0:
             tile = int(np.argmax(over))
             raise TileMemoryError(tile, int(self.total[tile]), self.bytes_per_tile,
                                   self.largest_on(tile))
+
+
+def _nonempty(tiles, sizes, *rest) -> list[np.ndarray]:
+    """The requests (parallel arrays) of more than zero bytes."""
+    arrays = [np.asarray(x, np.int64) for x in (tiles, sizes, *rest)]
+    keep = arrays[1] > 0
+    return [x[keep] for x in arrays]

@@ -477,8 +477,10 @@ class Trainer:
                   seed: int = 0):
         """The live training dashboard (an ipywidgets widget, ipulab.widgets.TrainingDashboard):
         Start / Stop buttons, loss and accuracy updated after every step, the test accuracy
-        after every epoch, and the step profile's cycles and memory. Without data it trains on
-        ipulab.data.digits() (and tests on its test split)."""
+        after every epoch, and the step profile's cycles and memory. Its replicas, batch size
+        and precision controls take effect at the next Start, which builds a new trainer from
+        the current weights (dashboard.trainer); a table compares the configurations run.
+        Without data it trains on ipulab.data.digits() (and tests on its test split)."""
         from ..widgets.training import TrainingDashboard
 
         if x is None:

@@ -2,7 +2,9 @@
 
 Lowering views to element addresses, grouping vertices into batches per codelet, deciding which
 field data must cross tiles (and allocating exchange buffers for it), checking hazards,
-building copy plans, precomputing cycles, and laying out tile memory.
+building copy plans, precomputing cycles, and laying out tile memory. Every step also records
+which variables it reads and writes, for the liveness analysis (liveness.py) that lets variables
+alive at different times share tile memory.
 
 Replicated graphs (replication_factor r) are compiled ONCE, for replica 0, and every plan is
 then replicated by offsetting element addresses and tiles: replica i's tiles are
@@ -25,6 +27,7 @@ from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
 from .graph import DataStream, GraphState, RemoteBuffer
+from .liveness import Liveness, ProgramOrder, VariableIndex, assign_slots, lifetimes
 from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
@@ -52,6 +55,7 @@ class Compiled:
         self.traffic: dict[int, tuple] = {}   # step index -> (src_tile, dst_tile, bytes)
         self.replication_factor = 1
         self.replica_stride: dict[str, int] = {}   # per arena: V, replica i's variables at i*V
+        self.liveness: Liveness | None = None
 
 
 class Compiler:
@@ -85,6 +89,8 @@ class Compiler:
         self.code_pairs: set = set()
         self.vstate = np.zeros(self.T, np.int64)
         self._vertex_groups = None
+        self.var_index = VariableIndex(state.variables)
+        self.touches: dict[int, tuple] = {}   # step index -> (variables read, written)
 
     # --- helpers ----------------------------------------------------------------------------
     def _buffer(self, key: str, n: int) -> int:
@@ -156,6 +162,14 @@ class Compiler:
         step.add("inter_ipu_exchange", cyc["inter_ipu_exchange"])
         return cyc["on_tile_copy"]
 
+    def _touch(self, step: bsp.Step, reads=(), writes=()) -> None:
+        """Record the variables a step reads and writes, given as (arena key, element ids)
+        or as arrays of variable indices."""
+        of = (lambda parts: np.unique(np.concatenate(
+            [p if isinstance(p, np.ndarray) else self.var_index.of(*p) for p in parts]
+            + [np.zeros(0, np.int64)])))
+        self.touches[step.index] = (of(reads), of(writes))
+
     def _traffic(self, index: int, plans: list[CopyPlan]) -> None:
         parts = [p.traffic() for p in plans]
         if parts:
@@ -214,12 +228,12 @@ class Compiler:
         s_offset = np.zeros(n_slots, np.int64)
 
         step = bsp.Step("execute", cs.name, self.T)
-        pre, post, half_out = [], [], {}
+        pre, post, half_out, touched = [], [], {}, []
         cs_buffers = np.zeros(self.T, np.int64)
         for type_name in sorted(set(s_type.tolist())):
             sel = np.flatnonzero(s_type == type_name)
-            self._lower_slots(sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid,
-                              s_offset, pre, post, half_out, cs_buffers)
+            touched.append(self._lower_slots(sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid,
+                                             s_offset, pre, post, half_out, cs_buffers))
         cs_buffers = self._rep_per_tile(cs_buffers)
         self.buffers = np.maximum(self.buffers, cs_buffers)
         step.temporary_bytes = cs_buffers
@@ -278,12 +292,14 @@ class Compiler:
             b.compile(self.dummy, self.dummy_ro)
         self._add_step(step)
         self._traffic(step.index, [p for p, _ in pre + post])
+        self._touch(step, [r for r, _ in touched], [w for _, w in touched])
         self.cs_steps[cs.id] = step
         return step
 
     def _lower_slots(self, sel, s_ids, s_len, s_tile, fields, s_tensor, s_vid, s_offset,
                      pre, post, half_out, cs_buffers):
-        """Place each slot's data (all of one type): in place, or in a buffer on its tile."""
+        """Place each slot's data (all of one type): in place, or in a buffer on its tile.
+        Returns the variables the slots read and those they write, for liveness."""
         dtype = fields[sel[0]].dtype
         key, elem_bytes = dtype.storage.name, dtype.size
         lens = s_len[sel]
@@ -304,6 +320,7 @@ class Compiler:
         if half.any():
             idx = [np.arange(s_offset[i], s_offset[i] + s_len[i]) for i in sel[half]]
             half_out[key] = np.concatenate(idx + [half_out.get(key, np.zeros(0, np.int64))])
+        return self.var_index.of_segments(key, cat, lens, [reads, writes])
 
     def _buffer_slots(self, key, elem_bytes, sel, need, s_ids, cat, starts, lens, s_tile,
                       reads, writes, s_offset, pre, post, cs_buffers):
@@ -483,6 +500,7 @@ class Compiler:
         step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
         self._add_step(step)
         self._traffic(step.index, [plan])
+        self._touch(step, [(key, s)], [(key, d)])
         return step
 
     def _check_destination(self, d, key, dst, what) -> None:
@@ -500,6 +518,7 @@ class Compiler:
         if to_device:
             self._check_destination(ids, key, tensor, p.name)
         tiles = self._rep_tiles(self.tile_of[key][ids])
+        touch = [(key, ids)]
         ids = self._rep_addrs(key, ids)   # replica i's block is the i-th of the host's r blocks
         step = bsp.Step("stream_copy", p.name, self.T)
         step.add("sync", self.target.sync_cycles("external"))
@@ -517,6 +536,10 @@ class Compiler:
                 state.stream_write(name, state.arenas[key][ids])
         step.action = action
         self._add_step(step)
+        if to_device:
+            self._touch(step, writes=touch)
+        else:
+            self._touch(step, reads=touch)
         return step
 
     def print_tensor(self, p: prog.PrintTensor) -> bsp.Step:
@@ -540,6 +563,7 @@ class Compiler:
                     state.print(f"{p.title} [replica {i}]", v)
             step.action = action
         self._add_step(step)
+        self._touch(step, [(key, ids)])
         return step
 
     def sync(self, p: prog.Sync) -> bsp.Step:
@@ -554,6 +578,7 @@ class Compiler:
         step.add("sync", self.target.sync_cycles("external" if self.target.num_ipus > 1
                                                  else "internal"))
         self._add_step(step)
+        self._touch(step, [(key, [addr])])
         if self.r > 1:   # replicas run in lock-step: they must take the same branch
             addrs = self._rep_addrs(key, [addr])
 
@@ -573,7 +598,7 @@ class Compiler:
     def cross_replica_copy(self, p: prog.CrossReplicaCopy) -> bsp.Step:
         """Copies between replicas (built by gcl): ONE exchange, over IPU-Links between
         replicas on different IPUs. Addresses and tiles are given per replica, explicitly."""
-        src_all, dst_all, st_all, dt_all = [], [], [], []
+        src_all, dst_all, st_all, dt_all, reads, writes = [], [], [], [], [], []
         key, elem_bytes = None, 1
         for a, src, b, dst in p.moves:
             for x in (a, b):
@@ -585,6 +610,7 @@ class Compiler:
             if self.is_const[key][d].any():
                 raise ProgramError(f"{p.name}: destination '{dst.name}' is a constant")
             src_all.append(s + a * self.V[key]), dst_all.append(d + b * self.V[key])
+            reads.append((key, s)), writes.append((key, d))
             st_all.append(self.tile_of[key][s] + a * self.R)
             dt_all.append(self.tile_of[key][d] + b * self.R)
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
@@ -600,6 +626,7 @@ class Compiler:
             step.action = lambda state: plan.run(state.arenas[key], state.arenas[key])
         self._add_step(step)
         self._traffic(step.index, [plan])
+        self._touch(step, reads, writes)
         return step
 
     def remote_copy(self, p: prog.Copy) -> bsp.Step:
@@ -612,6 +639,7 @@ class Compiler:
         if not to_buffer:
             self._check_destination(ids, key, t, p.name)
         tiles = self._rep_tiles(self.tile_of[key][ids])
+        reads, writes = ([(key, ids)], []) if to_buffer else ([], [(key, ids)])
         ids = self._rep_addrs(key, ids)
         r, n, repeats = self.r, buf.num_elements, buf.repeats
         rows_per_replica = 1 if p.offset is None else p.offset.num_elements()
@@ -619,6 +647,7 @@ class Compiler:
         cols = np.arange(n, dtype=np.int64)
         if p.offset is not None:
             okey = p.offset.dtype.storage.name
+            reads.append((okey, p.offset.ids.ravel()))
             off_ids = self._rep_addrs(okey, p.offset.ids.ravel())
 
         step = bsp.Step("remote_copy", p.name, self.T)
@@ -650,6 +679,7 @@ class Compiler:
                 state.arenas[key][ids] = store[flat].astype(storage)
         step.action = action
         self._add_step(step)
+        self._touch(step, reads, writes)
         return step
 
     # --- program tree -------------------------------------------------------------------------
@@ -683,17 +713,52 @@ class Compiler:
                 raise ProgramError(f"program uses {type(x).__name__} '{x.name}' of another graph")
 
     # --- memory -------------------------------------------------------------------------------
+    def liveness(self, var_tiles: list, var_bytes: list) -> dict[int, int]:
+        """Find the variables that are not always live (liveness.py), their intervals in the
+        program order and their slots; keep what the memory views need as Compiled.liveness.
+        var_tiles/var_bytes: per variable, the tiles holding it and its bytes there.
+        Returns {variable: slot} for the variables that are not always live."""
+        st, align = self.st, self.target.cost.alignment
+        order = ProgramOrder(self.out.roots)
+        touched, read_first, start, end = lifetimes(order, self.touches, len(st.variables))
+        pinned = np.fromiter((v.is_constant for v in st.variables), bool, len(st.variables))
+        for _, t in st.handles.values():
+            pinned[self.var_index.of(t.dtype.storage.name, t.ids)] = True
+        temp = np.flatnonzero(touched & ~read_first & ~pinned)
+        tiles = [var_tiles[v] for v in temp.tolist()]
+        nbytes = [-(-var_bytes[v] // align) * align for v in temp.tolist()]
+        slots = assign_slots(start[temp], end[temp],
+                             np.array([int(b.sum()) for b in nbytes], np.int64))
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        owners = cat([np.full(t.size, v) for t, v in zip(tiles, temp.tolist())])
+        self.out.liveness = Liveness(order, temp, start[temp], end[temp], cat(tiles),
+                                     cat(nbytes), owners, self.T)
+        return dict(zip(temp.tolist(), slots.tolist()))
+
     def layout_memory(self) -> TileMemory:
+        """Every allocation of every tile: variables (those that are not always live share
+        slots, see liveness()), constants, vertex state, exchange buffers and code."""
         st, c = self.st, self.target.cost
-        tiles, sizes, cats, owners, names = [], [], [], [], []
-        for vi, v in enumerate(st.variables):
+        var_tiles, var_bytes = [], []
+        for v in st.variables:
             t = self.tile_of[v.dtype.storage.name][v.offset:v.offset + v.size]
             per_tile = self._rep_per_tile(np.bincount(t, minlength=self.T))
             nz = np.flatnonzero(per_tile)
-            tiles.append(nz), sizes.append(per_tile[nz] * v.dtype.size)
-            cat = CATEGORY["constants" if v.is_constant else "variables"]
-            cats.append(np.full(nz.size, cat)), owners.append(np.full(nz.size, vi))
+            var_tiles.append(nz), var_bytes.append(per_tile[nz] * v.dtype.size)
+        slot_of = self.liveness(var_tiles, var_bytes)
+        tiles, sizes, cats, owners, names = [], [], [], [], []
+        shared = ([], [], [], [])   # tiles, bytes, owners, slots
+        for vi, v in enumerate(st.variables):
+            nz, nbytes = var_tiles[vi], var_bytes[vi]
             names.append(v.name)
+            if vi in slot_of:
+                for out, x in zip(shared, (nz, nbytes, np.full(nz.size, vi),
+                                           np.full(nz.size, slot_of[vi]))):
+                    out.append(x)
+            else:
+                tiles.append(nz), sizes.append(nbytes), owners.append(np.full(nz.size, vi))
+                cats.append(np.full(nz.size, CATEGORY["constants" if v.is_constant
+                                                      else "variables"]))
         extra = [("vertex state", "vertex_state", self._rep_per_tile(self.vstate)),
                  ("exchange buffers", "exchange_buffers", self.buffers)]
         code = np.zeros(self.T, np.int64)
@@ -715,7 +780,8 @@ class Compiler:
             names.append(name)
         cat_ = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
         return TileMemory(self.T, self.target.bytes_per_tile, c.alignment, cat_(tiles),
-                          cat_(sizes), cat_(cats), cat_(owners), names)
+                          cat_(sizes), cat_(cats), cat_(owners), names,
+                          shared=tuple(cat_(x) for x in shared))
 
 
 def _parts_of(p):

@@ -70,6 +70,7 @@ class Profile:
         # plans): a kept profile must not pin the engine's compiled program in memory
         self._vertex_cycles = [st.vertex_cycles for st in compiled.steps]
         self._temporary_bytes = [st.temporary_bytes for st in compiled.steps]
+        self._liveness = compiled.liveness
         self._counts = np.bincount(np.asarray(trace, np.int64), minlength=len(compiled.steps))
 
     @property
@@ -102,18 +103,41 @@ class Profile:
             inverse, weights=b).astype(np.int64)
 
     def liveness(self) -> dict[str, np.ndarray]:
-        """Memory in use at each executed step: always-live bytes (code, constants, variables,
-        vertex state) plus the exchange buffers live only during that step; totals over tiles
-        and the fullest tile."""
-        always = self.memory_total - self.memory["exchange_buffers"]
-        total, peak = [], []
-        for rec in self.steps:
-            temp = self._temporary_bytes[rec.index]
-            tile_bytes = always if temp is None else always + temp
-            total.append(int(tile_bytes.sum()))
-            peak.append(int(tile_bytes.max()) if tile_bytes.size else 0)
+        """Memory in use at each executed step, one entry per step:
+
+        - always_live: bytes over all tiles that are in use for the whole run (code, constants,
+          vertex state, and the variables that are always live);
+        - not_always_live: bytes over all tiles of the variables that are not always live and
+          are live at that step (between their first write and last read: see liveness.py);
+        - total: those two plus the exchange buffers live only during that step;
+        - peak_tile: the same on the fullest tile.
+        A step that ran at two program positions that the trace cannot tell apart counts with
+        the larger."""
+        always = self.memory_total - self.memory["exchange_buffers"] \
+            - self.memory_layout.shared_bytes
+        live = self._liveness
+        candidates = live.order.replay([rec.index for rec in self.steps])
+        at: dict[int, tuple] = {}   # position -> (total, peak tile, not always live)
+        for p, temp in live.live_bytes(sorted({p for c in candidates for p in c})):
+            extra = self._temporary_bytes[live.order.step[p]]
+            tile_bytes = always + temp if extra is None else always + temp + extra
+            at[p] = (int(tile_bytes.sum()), int(tile_bytes.max(initial=0)), int(temp.sum()))
+        rows = {c: np.max([at[p] for p in c], axis=0) for c in set(candidates)}
+        values = np.array([rows[c] for c in candidates], np.int64).reshape(-1, 3)
         return {"always_live": np.full(len(self.steps), int(always.sum())),
-                "total": np.asarray(total, np.int64), "peak_tile": np.asarray(peak, np.int64)}
+                "not_always_live": values[:, 2], "total": values[:, 0],
+                "peak_tile": values[:, 1]}
+
+    def not_always_live(self) -> list[tuple[str, int, int, int]]:
+        """The variables that are not always live, one row per program that uses each:
+        (name, program, first position, last position). Positions number the steps of all the
+        compiled programs in order (program 0's first; a loop body once); a variable occupies
+        its tile memory only over these intervals, and shares addresses with variables whose
+        intervals never overlap its own (see ipulab/poplar/liveness.py)."""
+        live, names = self._liveness, self.memory_layout.owner_names
+        rows, roots = np.nonzero(live.start >= 0)
+        return [(names[live.variables[i]], int(r), int(live.start[i, r]), int(live.end[i, r]))
+                for i, r in zip(rows.tolist(), roots.tolist())]
 
     def phase_totals(self) -> dict[str, int]:
         """BSP time spent in each phase kind: the sum over steps of the slowest tile's cycles."""

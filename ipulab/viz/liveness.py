@@ -1,16 +1,18 @@
 """liveness: bytes in use after each executed step — always-live data (code, constants,
-variables, vertex state) plus the exchange buffers a step needs only while it runs."""
+always-live variables, vertex state), the variables that are not always live and are live at that
+step (first write to last read), and the exchange buffers a step needs only while it runs."""
 from __future__ import annotations
 
 import numpy as np
 from bokeh.models import (AdaptiveTicker, ColumnDataSource, DataRange1d, LinearAxis,
                           NumeralTickFormatter, Range1d)
+from bokeh.transform import stack
 
 from .base import figure, fmt_bytes, hover, note, plural
 from .palette import SERIES
 
 MAX_POINTS = 5000
-_VALUES = ("total", "always_live", "peak_tile")
+_VALUES = ("total", "always_live", "not_always_live", "peak_tile")
 
 
 def liveness_data(profile, max_points: int = MAX_POINTS) -> dict[str, np.ndarray]:
@@ -23,7 +25,7 @@ def liveness_data(profile, max_points: int = MAX_POINTS) -> dict[str, np.ndarray
             "kind": np.asarray([r.kind for r in steps], object),
             "start": np.asarray([r.start for r in steps], np.int64),
             "total": live["total"], "always_live": live["always_live"],
-            "peak_tile": live["peak_tile"]}
+            "not_always_live": live["not_always_live"], "peak_tile": live["peak_tile"]}
     n = len(steps)
     if n > max_points:
         edges = np.linspace(0, n, max_points + 1).astype(np.int64)
@@ -39,7 +41,8 @@ def liveness_data(profile, max_points: int = MAX_POINTS) -> dict[str, np.ndarray
 
 def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 620):
     """Memory in use over the executed steps: all tiles together (left axis) and the fullest
-    tile (right axis), from profile.liveness()."""
+    tile (right axis), from profile.liveness(). The band above the always-live line is the
+    variables that are not always live, at the steps where they are live."""
     data = liveness_data(profile, max_points)
     peak = int(data["peak_tile"].max(initial=0))
     title = "Memory in use over the run"
@@ -53,6 +56,9 @@ def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 620):
                      color=SERIES[0], legend_label="all tiles (incl. exchange buffers)")
     fig.line("step", "always_live", source=source, name="always_live", line_dash="dashed",
              color=SERIES[0], legend_label="all tiles, always live")
+    fig.varea("step", y1="always_live", y2=stack("always_live", "not_always_live"),
+              source=source, name="not_always_live", color=SERIES[0], fill_alpha=0.25,
+              legend_label="all tiles, variables live at the step")
     fig.extra_y_ranges = {"tile": Range1d(0, max(peak, 1) * 1.1)}
     fig.add_layout(LinearAxis(y_range_name="tile", axis_label="bytes on the fullest tile"), "right")
     fig.line("step", "peak_tile", source=source, name="peak_tile", y_range_name="tile",
@@ -64,6 +70,7 @@ def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 620):
         note(fig, "no steps were executed")
     hover(fig, [total], [("step", "@step: @name (@kind)"), ("all tiles", "@total{0,0} B"),
                          ("always live", "@always_live{0,0} B"),
+                         ("not always live", "@not_always_live{0,0} B"),
                          ("fullest tile", "@peak_tile{0,0} B (@peak_fraction{0.00%} of a tile)")],
           mode="vline")
     return fig

@@ -8,31 +8,36 @@ Loss and accuracy are bokeh lines whose ColumnDataSources get one point per trai
 (and a test-accuracy point per epoch); the step profile's cycles, images/s, tiles and memory
 are shown once the first step has run. Start runs fit in a background thread, so Stop (and the
 rest of the notebook) stays responsive; Stop ends training after the current step.
+
+The replicas, batch size and precision controls (training_config.py) choose the configuration
+of the next Start: if it differs from the trainer's, Start first builds a new trainer with it
+from the current weights (dash.trainer is always the current one). The history plots go on
+counting steps across configurations; a dashed line labelled "4×16 fp16" marks where each
+configuration started. A table compares the configurations run: images/s and peak tile memory.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 import ipywidgets as W
+import numpy as np
 from bokeh.layouts import row
-from bokeh.models import ColumnDataSource
+from bokeh.models import ColumnDataSource, LabelSet
 from bokeh.plotting import figure
 
-from ._common import bokeh_pane, fmt_int, table
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{fmt_int(n)} B"
+from ..cli import _bytes
+from ._common import bokeh_pane, esc, fmt_int, table
+from .training_config import Config, ConfigControls, config_table, rebuilt, step_figures
 
 
 class TrainingDashboard(W.VBox):
     """Live training of `trainer` on (x, y); (x_test, y_test), if given, is evaluated after
     every epoch. Attributes: loss_source (step, loss, accuracy), test_source (step, accuracy),
-    start / stop buttons, epochs (IntText), progress (IntProgress), status and profile (HTML),
-    thread (the running background fit, or None)."""
+    config_source (step, label: where each configuration started), start / stop buttons,
+    epochs (IntText), controls (ConfigControls: replicas, batch_size, precision), progress
+    (IntProgress), status, profile and table (HTML), configs ({Config: step_figures} of the
+    configurations run), thread (the running background fit, or None)."""
 
     def __init__(self, trainer, x, y, x_test=None, y_test=None, epochs: int = 1,
                  seed: int = 0, width: int = 380):
@@ -44,6 +49,8 @@ class TrainingDashboard(W.VBox):
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._profile_shown = False
+        self._mark_pending = True                 # label the next step with the configuration
+        self.configs: dict[Config, dict] = {}
         h = trainer.history
         self.loss_source = ColumnDataSource({"step": list(range(1, len(h["loss"]) + 1)),
                                              "loss": list(h["loss"]),
@@ -59,6 +66,12 @@ class TrainingDashboard(W.VBox):
         acc.scatter("step", "accuracy", source=self.test_source, color="green", size=7,
                     legend_label="test")
         acc.legend.location = "bottom_right"
+        self.config_source = ColumnDataSource({"step": [], "label": []})
+        for f in (loss, acc):
+            f.vspan("step", source=self.config_source, line_color="gray", line_dash="dashed")
+        acc.add_layout(LabelSet(x="step", y=0.02, text="label", source=self.config_source,
+                                angle=np.pi / 2, text_baseline="top", x_offset=2,
+                                text_font_size="10px", text_color="gray"))   # up the line
         self.figures = row(loss, acc)
         self.epochs = W.BoundedIntText(value=epochs, min=1, max=1000, description="epochs",
                                        layout=W.Layout(width="160px"))
@@ -67,11 +80,16 @@ class TrainingDashboard(W.VBox):
                              disabled=True)
         self.start.on_click(lambda _: self.fit_in_background())
         self.stop.on_click(lambda _: self._stop.set())
+        self.controls = ConfigControls(trainer, len(x))
         self.progress = W.IntProgress(value=0, min=0, max=1, description="epoch")
         self.status = W.HTML(f"<code>{trainer!r}</code>")
-        self.profile = W.HTML("<i>the step profile appears after the first step</i>")
+        self.profile = W.HTML("<i>the step profile appears after the first step</i>",
+                              layout=W.Layout(flex="0 0 auto", margin="0 24px 0 0"))
+        self.table = W.HTML(layout=W.Layout(flex="0 0 auto"))
         super().__init__([W.HBox([self.epochs, self.start, self.stop, self.progress]),
-                          self.status, bokeh_pane(self.figures), self.profile])
+                          self.controls, self.status, bokeh_pane(self.figures),
+                          W.HBox([self.profile, self.table],
+                                 layout=W.Layout(flex_flow="row wrap"))])
         if trainer._step_profile is not None:
             self._show_profile()
 
@@ -80,15 +98,36 @@ class TrainingDashboard(W.VBox):
     def running(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
+    def build_selected(self):
+        """Make `trainer` the configuration the controls select, building a new trainer from
+        the current weights if it differs (what Start does first); returns the trainer."""
+        want = self.controls.value
+        if want == Config.of(self.trainer):
+            return self.trainer
+        self.status.value = f"building the graph for {want}..."
+        t0 = time.perf_counter()
+        shape = self.trainer.input_shape or np.shape(self.x)[1:]
+        self.trainer = rebuilt(self.trainer, want, shape)
+        self._profile_shown, self._mark_pending = False, True
+        self.status.value = (f"built the graph for {want} in {time.perf_counter() - t0:.1f} s; "
+                             f"training goes on from the current weights")
+        return self.trainer
+
+    def _busy(self, flag: bool) -> None:
+        self.start.disabled, self.stop.disabled = flag, not flag
+        self.controls.disabled = flag
+
     def fit(self, epochs: int | None = None) -> dict:
         """Train for `epochs` (default: the epochs box) in this thread, updating the figures
-        after every step; returns the trainer's history. Stop (or request_stop()) ends it after
-        the current step."""
+        after every step; returns the trainer's history. A configuration chosen in the controls
+        is built first (build_selected). Stop (or request_stop()) ends it after the current
+        step."""
         epochs = self.epochs.value if epochs is None else int(epochs)
         self._stop.clear()
-        self.start.disabled, self.stop.disabled = True, False
+        self._busy(True)
         self.progress.max, self.progress.value = max(epochs, 1), 0
         try:
+            self.build_selected()
             for e in range(epochs):
                 self.progress.description = f"epoch {e + 1}/{epochs}"
                 self.trainer.fit(self.x, self.y, epochs=1, seed=self.seed + self.epochs_run,
@@ -97,7 +136,7 @@ class TrainingDashboard(W.VBox):
                 self.progress.value = e + 1
                 if self.x_test is not None:
                     acc, loss = self.trainer.evaluate(self.x_test, self.y_test)
-                    self.test_source.stream({"step": [len(self.trainer.history["loss"])],
+                    self.test_source.stream({"step": [len(self.loss_source.data["step"])],
                                              "accuracy": [acc]})
                     self.status.value = (f"epoch {self.epochs_run}: test accuracy "
                                          f"<b>{acc:.2%}</b>, test loss {loss:.4f}")
@@ -105,7 +144,7 @@ class TrainingDashboard(W.VBox):
                     self.status.value += " — stopped"
                     break
         finally:
-            self.start.disabled, self.stop.disabled = False, True
+            self._busy(False)
         return self.trainer.history
 
     def fit_in_background(self, epochs: int | None = None) -> threading.Thread | None:
@@ -117,11 +156,12 @@ class TrainingDashboard(W.VBox):
         def work():
             try:
                 self.fit(epochs)
-            except BaseException as e:       # shown in the dashboard, kept for inspection
+            except BaseException as e:       # shown under what was going on, kept for inspection
                 self.error = e
-                self.status.value = f"<b style='color:#b00'>{type(e).__name__}: {e}</b>"
+                self.status.value += (f"<br><b style='color:#b00'>{type(e).__name__}: "
+                                      f"{esc(e)}</b>")
 
-        self.start.disabled = True          # at once, not when the thread gets going
+        self._busy(True)                    # at once, not when the thread gets going
         self.thread = threading.Thread(target=work, daemon=True)
         self.thread.start()
         return self.thread
@@ -136,8 +176,11 @@ class TrainingDashboard(W.VBox):
             self.thread.join(timeout)
 
     def _on_step(self, trainer, epoch, step, steps, loss, accuracy):
-        self.loss_source.stream({"step": [len(self.loss_source.data["step"]) + 1],
-                                 "loss": [loss], "accuracy": [accuracy]})
+        n = len(self.loss_source.data["step"]) + 1
+        if self._mark_pending:
+            self._mark_pending = False
+            self.config_source.stream({"step": [n - 0.5], "label": [Config.of(trainer).label]})
+        self.loss_source.stream({"step": [n], "loss": [loss], "accuracy": [accuracy]})
         if not self._profile_shown:
             self._show_profile()
         if step + 1 == steps or step % 5 == 0:
@@ -146,16 +189,14 @@ class TrainingDashboard(W.VBox):
         return not self._stop.is_set()
 
     def _show_profile(self) -> None:
-        from ..cli import step_summary
-
-        t = self.trainer
-        s = step_summary(t.profile())
+        t, now = self.trainer, Config.of(self.trainer)
+        s = self.configs[now] = step_figures(t)
         self._profile_shown = True
-        ips = t.global_batch_size / s["step_seconds"]
-        self.profile.value = "<b>One training step (simulated)</b>" + table(
+        self.table.value = config_table(self.configs, now)
+        self.profile.value = f"<b>One training step (simulated): {now}</b>" + table(
             ["", ""],
             [("cycles", f"{fmt_int(s['step_cycles'])} ({s['step_seconds'] * 1e6:,.1f} µs)"),
-             ("images/s", fmt_int(ips)),
+             ("images/s", fmt_int(s["images_per_second"])),
              ("tiles used", f"{fmt_int(s['tiles_used'])} of {fmt_int(s['num_tiles'])}"),
              ("peak tile memory", f"{_bytes(s['peak_tile_bytes'])} of "
                                   f"{_bytes(s['bytes_per_tile'])}"),
