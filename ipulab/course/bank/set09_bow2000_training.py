@@ -54,6 +54,13 @@ def _train(model, dev, x, y, steps: int, weights=None, what: str = "", explain=s
     return t
 
 
+@functools.lru_cache(maxsize=None)
+def _digits():
+    """The training images and labels of data.digits(), read once."""
+    x, y, _, _ = data.digits()
+    return x, y
+
+
 def _random_batch(shape, classes: int, n: int, seed: int):
     rng = np.random.default_rng(seed)
     return (rng.random((n, *shape), dtype=np.float32),
@@ -166,7 +173,7 @@ from the same weights as the reference network: the losses must agree.
         "padding=...) and nn.Linear(in_features, out_features) take PyTorch's arguments.",
         "The first convolution takes C input channels. padding=1 keeps H x W for a 3 x 3 "
         "kernel; each 2 x 2 pooling halves H and W, so Flatten gives 16 * (H // 4) * (W // 4) "
-        "features. model.shapes(input_shape) prints the shape after every layer.",
+        "features. model.shapes(input_shape) lists the shape after every layer.",
         "nn.Sequential(nn.Conv2d(C, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, "
         "16, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2), nn.Flatten(), nn.Dropout(0.25), "
         "nn.Linear(16 * (H // 4) * (W // 4), classes)).",
@@ -216,7 +223,7 @@ def _link_case(k: int):
     """(parameters, IPU-Link bytes of one simulated training step) of LINK_CASES[k]."""
     r, width, precision = LINK_CASES[k]
     model = nn.default_cnn() if width is None else _mlp(width)
-    x, y, _, _ = data.digits()
+    x, y = _digits()
     t = _train(model, _system(r), x, y, 1, replicas=r, batch_size=4, precision=precision)
     return model.num_parameters(), link_bytes_of(t.profile())
 
@@ -298,7 +305,7 @@ def _profile_case(k: int):
     """(the model, the profile of one training step) of PROFILE_CASES[k]."""
     _, make, options = PROFILE_CASES[k]
     model = make()
-    x, y, _, _ = data.digits()
+    x, y = _digits()
     return model, _train(model, _system(4), x, y, 1, **options).profile()
 
 
@@ -422,7 +429,7 @@ def observed_schedule(trainer) -> dict:
 @functools.lru_cache(maxsize=None)
 def _schedule_case(k: int) -> dict:
     S, M, cuts = SCHEDULE_CASES[k]
-    x, y, _, _ = data.digits()
+    x, y = _digits()
     t = _train(_mlp(24, hidden=3), _system(4), x, y, 1, batch_size=2 * M, pipeline=cuts,
                micro_batches=M)
     return observed_schedule(t)
@@ -468,8 +475,8 @@ A model cut into **S** stages (stage s on IPU s) trains a batch as **M** micro-b
 (`nn.Trainer(..., pipeline=[...], micro_batches=M)`). Each phase, forward then backward, is a
 sequence of time slots; in a slot every working stage processes one micro-batch. Write
 `schedule(S, M)` returning `{"forward": [...], "backward": [...]}`: for each phase, one dict per
-slot, in order, mapping each stage that works in that slot to its micro-batch (stages that wait
-are left out). The check trains pipelines of 2, 3 and 4 stages and reads the schedule the
+slot, in order, mapping each stage that works in that slot to its micro-batch (both counted
+from 0; stages that wait are left out). The check trains pipelines of 2, 3 and 4 stages and reads the schedule the
 simulator ran from the profile (steps named `pipeline forward <slot>/…`) and the graph.
 """,
     hints=[
@@ -529,7 +536,7 @@ def _fast_reference():
     model = nn.default_cnn()
     model.reset_parameters(SEED)
     weights = model.state_dict()
-    x, y, _, _ = data.digits()
+    x, y = _digits()
     t = _train(model, _system(4), x, y, FAST_STEPS, weights, replicas=4,
                batch_size=FAST_BATCH // 4)
     return weights, tuple(t.history["loss"])
@@ -561,12 +568,13 @@ def _fast_options(config) -> dict:
 
 
 def _explain_config(error: Exception) -> str:
+    """The Trainer's complaint about a configuration, and the rule behind it."""
     text = str(error)
     if "must be increasing" in text:
         return (f"{text}. A boundary is the first layer of a stage: a repeated boundary would "
                 "leave a stage with no layers.")
     if "IPUs per replica" in text:
-        return (f"{text}. The Bow-2000 has 4 IPUs: replicas x stages may not exceed 4.")
+        return f"{text}. The Bow-2000 has 4 IPUs: replicas x stages may not exceed 4."
     return text
 
 
@@ -624,7 +632,7 @@ def _fast_step(config):
         raise NotAnswered()
     options = _fast_options(config)
     weights, want = _fast_reference()
-    x, y, _, _ = data.digits()
+    x, y = _digits()
     t = _train(nn.default_cnn(), _system(4), x, y, FAST_STEPS, weights,
                what="your configuration ", explain=_explain_config, **options)
     got = t.history["loss"]
