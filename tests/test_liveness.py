@@ -103,7 +103,7 @@ def test_chain_shares_memory_between_disjoint_lifetimes(dev4):
     where = addresses(prof)
     assert where["a"] == where["c"] and where["b"] == where["d"]     # lifetimes never overlap
     assert len({where["a"], where["b"], where["x"], where["y"]}) == 4
-    # two slots of 4,000 B instead of four variables
+    # two offsets of 4,000 B instead of four variables
     assert prof.memory_layout.shared_bytes[0] == 2 * B
     assert prof.memory["variables"][0] == 4 * B < 6 * B
 
@@ -231,13 +231,17 @@ def test_two_programs_share_between_them(dev4):
     assert live["not_always_live"].tolist() == [B, B]
 
 
-def test_tile_memory_gives_a_slot_its_largest_members_bytes_after_the_variables():
+def test_tile_memory_places_shared_variables_at_their_offsets_after_the_variables():
     mem = TileMemory(2, 1000, 8, tiles=[0, 0], sizes=[10, 4],
                      categories=[CATEGORY["variables"], CATEGORY["code"]], owners=[0, 1],
                      owner_names=["v", "code", "a", "b"],
                      shared=([0, 0, 1], [20, 30, 5], [2, 3, 2], [0, 0, 0]))
     assert mem.allocations_on(0) == [(0, 4, "code", "code"), (8, 10, "variables", "v"),
                                      (24, 20, "variables", "a"), (24, 30, "variables", "b")]
+    apart = TileMemory(1, 1000, 8, [], [], [], [], ["a", "b"],
+                       shared=([0, 0], [20, 30], [0, 1], [0, 24]))
+    assert apart.allocations_on(0) == [(0, 20, "variables", "a"), (24, 30, "variables", "b")]
+    assert apart.shared_bytes.tolist() == [56]
     assert mem.allocations_on(1) == [(0, 5, "variables", "a")]
     assert mem.shared_bytes.tolist() == [32, 8]
     assert mem.as_dict()["variables"].tolist() == [16 + 32, 8]
@@ -488,5 +492,23 @@ def test_lifetimes_cover_needed_values_and_shared_addresses_never_meet(dev4, cas
                         s0, e0 = lifetimes.get(o0, always).get(r, (-1, -2))
                         s1, e1 = lifetimes.get(o1, always).get(r, (-1, -2))
                         assert e0 < s1 or e1 < s0, (tile, o0, o1, r)
-        # the tile's bytes end where its last allocation does: a shared slot counts once
+        # the tile's bytes end where its last allocation does: shared bytes count once
         assert layout.total[tile] == max((a + -(-n // 8) * 8 for a, n, _, _ in allocs), default=0)
+
+
+def test_offsets_are_shared_across_tiles_and_times_but_not_both():
+    """Variables live at the same time may take the same bytes on different tiles (pipeline
+    stages on different IPUs), or on one tile at different times, never both at once."""
+    from ipulab.poplar.liveness import assign_offsets, tile_blocks
+
+    start = np.array([[0], [0], [5], [10]])
+    end = np.array([[9], [9], [7], [12]])
+    size = np.array([64, 64, 32, 64])
+    tiles = [np.array([0, 1]), np.array([6, 7]), np.array([1]), np.array([1])]
+    offsets = assign_offsets(start, end, size, tile_blocks(tiles, 8))
+    assert offsets[0] == offsets[1] == 0     # same time, different tiles
+    assert offsets[2] == 64                  # meets variable 0 on tile 1: above it
+    assert offsets[3] == 0                   # tile 1 again, but after both have died
+    crowded = assign_offsets(np.zeros((3, 1), np.int64), np.ones((3, 1), np.int64),
+                             np.array([8, 24, 16]), np.ones((3, 1), bool))
+    assert sorted(crowded.tolist()) == [0, 24, 40]   # largest first, packed

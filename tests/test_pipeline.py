@@ -1,11 +1,14 @@
 """Pipelined (GPipe) and recomputed training: the same losses as the numpy reference, the
 stages on their own IPUs working in the same supersteps, activations recomputed exactly."""
+import re
+
 import numpy as np
 import pytest
 from nn_reference import Reference
 
 import ipulab
 from ipulab import nn
+from ipulab.errors import TileMemoryError
 from ipulab.poplar import FLOAT, Graph
 from ipulab.poplar import program as prog
 from ipulab.poplar import parallel
@@ -177,3 +180,44 @@ def test_parallel_rejects_what_is_not_a_program():
     g = Graph(ipulab.devices.ipu("bow", tiles_per_ipu=4).target)
     with pytest.raises(ipulab.errors.ProgramError, match="parallel 'x': expected programs"):
         parallel(g, [prog.Sequence(), "nope"], "x")
+
+
+# --- memory: too big for one IPU, recompute -----------------------------------------------------
+def wide_mlp(width=576):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width),
+                         nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+
+
+def test_a_model_too_big_for_one_ipu_names_the_layer_and_fits_pipelined(digits, bow2000):
+    one_ipu = ipulab.devices.ipu("bow", tiles_per_ipu=16)
+    with pytest.raises(TileMemoryError) as info:
+        nn.Trainer(wide_mlp(), one_ipu, batch_size=16, momentum=0.9, input_shape=(1, 8, 8))
+    e = info.value
+    assert re.match(r"layer (3|5) \(Linear\(in_features=576, out_features=576, bias=True\)\) "
+                    r"does not fit: Out of memory on tile \d+", str(e))
+    assert str(e).endswith("Or pipeline the model (pipeline=[...]: stages on more IPUs) or "
+                           "recompute=True.") and e.needed > e.available
+    assert e.profile is not None and e.profile.memory_total.max() == e.needed
+    tr = nn.Trainer(wide_mlp(), bow2000, batch_size=16, lr=0.05, momentum=0.9,
+                    pipeline=[3, 5, 7], micro_batches=4)
+    h = tr.fit(digits[0][:64], digits[1][:64], shuffle=False)
+    prof = tr.profile()
+    assert (prof.memory_total <= prof.bytes_per_tile).all()
+    assert (prof.memory_total.reshape(4, -1).max(1) > 0).all()    # every IPU holds a stage
+    assert np.isfinite(h["loss"]).all()
+
+
+def test_recompute_lowers_a_pipelines_peak_memory(digits, bow2000):
+    """Without recompute a stage keeps every micro-batch's activations until its backward
+    pass; with it, only each micro-batch's stage input."""
+    profiles = []
+    for recompute in (False, True):
+        tr = nn.Trainer(nn.default_cnn(), bow2000, batch_size=128, lr=0.1, pipeline=[2, 3, 6],
+                        micro_batches=8, recompute=recompute)
+        tr.fit(digits[0][:128], digits[1][:128], shuffle=False)
+        profiles.append(tr.profile())
+    keep, again = profiles
+    assert again.liveness()["not_always_live"].max() < 0.7 * keep.liveness()[
+        "not_always_live"].max()
+    assert again.memory_total.max() < 0.9 * keep.memory_total.max()
+    assert again.total_cycles > keep.total_cycles

@@ -216,11 +216,11 @@ def test_changing_controls_during_a_run_waits_for_the_next_start(data):
 def test_a_configuration_that_does_not_fit_keeps_the_trainer(data):
     tr = trainer(tiles_per_ipu=1, batch_size=8, momentum=0.0)     # one tile
     dash = tr.dashboard(*data[:2])
-    dash.controls.batch_size.value = 16                      # fp32: out of tile memory
+    dash.controls.batch_size.value = 32                      # fp32: out of tile memory
     dash.start.click()
     dash.wait(120)
     assert isinstance(dash.error, TileMemoryError)
-    assert dash.status.value.startswith("building the graph for 1 replica x batch 16, fp32...")
+    assert dash.status.value.startswith("building the graph for 1 replica x batch 32, fp32...")
     assert "TileMemoryError" in dash.status.value
     assert dash.trainer is tr and tr.history["loss"] == []
     assert not dash.controls.disabled and not dash.start.disabled
@@ -230,4 +230,23 @@ def test_a_configuration_that_does_not_fit_keeps_the_trainer(data):
     dash.wait(120)
     assert dash.error is None and dash.trainer.precision == "fp16"
     assert len(dash.trainer.history["loss"]) == 1 and list(dash.configs) == [
-        Config(1, 16, "fp16")]
+        Config(1, 32, "fp16")]
+
+
+def test_a_pipelined_trainers_controls_leave_an_ipu_per_stage():
+    """A 2-stage pipeline on a Bow-2000: 1 or 2 replicas (4 would leave no IPU for stage 2);
+    batch sizes that split into its 4 micro-batches; Start rebuilds it pipelined."""
+    import ipulab
+    from ipulab import nn
+
+    x, y, _, _ = ipulab.data.digits()
+    tr = nn.Trainer(nn.default_cnn(), ipulab.devices.bow2000(tiles_per_ipu=8), batch_size=8,
+                    lr=0.1, pipeline=[3], micro_batches=4)
+    dash = tr.dashboard(x[:64], y[:64])
+    c = dash.controls
+    assert list(c.replicas.options) == [1, 2]
+    assert all(b % 4 == 0 for b in c.batch_size.options)
+    c.replicas.value = 2
+    dash.fit(0)                                    # build the selected configuration only
+    assert dash.trainer is not tr and dash.trainer.replicas == 2
+    assert dash.trainer.pipeline == [3] and dash.trainer.micro_batches == 4

@@ -16,13 +16,12 @@ class TileMemory:
     in category order (code first, then constants, variables, vertex state, exchange buffers),
     in request order within a category, each aligned; addresses are byte offsets in the tile.
 
-    shared: optional (tiles, bytes, owners, slots) of variables that are not always live (see
-    poplar/liveness.py). The members of one slot are never live at the same time, so on each
-    tile the slot takes the aligned bytes of its largest member there, placed after the other
-    variables, and every member sits at its slot's address: addresses overlap only between
-    variables whose lifetimes do not. `shared_bytes` is the slots' bytes per tile (counted in
-    "variables"). The per-owner views (allocations_on, largest_on, largest_owner) list each
-    member with its own bytes.
+    shared: optional (tiles, bytes, owners, offsets) of variables that are not always live (see
+    poplar/liveness.py): each sits at its offset into its tile's not-always-live area, which is
+    placed after the other variables and ends where its highest member ends. Offsets are
+    chosen so that members whose bytes meet on a tile are never live at the same time.
+    `shared_bytes` is that area's size per tile (counted in "variables"). The per-owner views
+    (allocations_on, largest_on, largest_owner) list each member with its own bytes.
     """
 
     def __init__(self, num_tiles: int, bytes_per_tile: int, alignment: int,
@@ -30,24 +29,27 @@ class TileMemory:
         self.num_tiles, self.bytes_per_tile, self.alignment = num_tiles, bytes_per_tile, alignment
         self.owner_names = owner_names
         tiles, sizes, categories, owners = _nonempty(tiles, sizes, categories, owners)
-        m_tile, m_size, m_owner, m_slot = _nonempty(*(shared or ((),) * 4))
-        # one region per (slot, tile), as large as its largest member there
-        regions, member_region = np.unique(m_slot * num_tiles + m_tile, return_inverse=True)
-        r_size = np.zeros(regions.size, np.int64)
-        np.maximum.at(r_size, member_region, self._align(m_size))
+        m_tile, m_size, m_owner, m_offset = _nonempty(*(shared or ((),) * 4))
+        # one not-always-live area per tile, up to where its highest member ends
+        area = np.zeros(num_tiles, np.int64)
+        np.maximum.at(area, m_tile, m_offset + self._align(m_size))
+        regions = np.flatnonzero(area)
+        r_size = area[regions]
         n, variables = tiles.size, CATEGORY["variables"]
-        s_tile = np.concatenate([tiles, regions % num_tiles])
+        s_tile = np.concatenate([tiles, regions])
         s_size = np.concatenate([sizes, r_size])
         s_cat = np.concatenate([categories, np.full(regions.size, variables)])
         address = self._place(s_tile, s_size, s_cat)
         self.by_category = np.zeros((len(CATEGORIES), num_tiles), np.int64)
         np.add.at(self.by_category, (s_cat, s_tile), self._align(s_size))
         self.total = self.by_category.sum(axis=0)
-        self.shared_bytes = np.bincount(s_tile[n:], weights=r_size,
-                                        minlength=num_tiles).astype(np.int64)
-        # the listed allocations: requests, and each shared variable at its slot's address
+        self.shared_bytes = area
+        # the listed allocations: requests, and each shared variable at its area's address
+        # plus its offset
+        area_address = np.zeros(num_tiles, np.int64)
+        area_address[regions] = address[n:]
         tile = np.concatenate([tiles, m_tile])
-        address = np.concatenate([address[:n], address[n:][member_region]])
+        address = np.concatenate([address[:n], area_address[m_tile] + m_offset])
         order = np.lexsort((np.arange(tile.size), address, tile))
         self.tile, self.address = tile[order], address[order]
         self.size = np.concatenate([sizes, m_size])[order]

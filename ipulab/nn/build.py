@@ -88,19 +88,20 @@ def blocks(builds) -> list[list]:
 
 
 def build_backward(graph, builds, dy, seq, need_input_grad: bool = False,
-                   recompute: bool = False):
+                   recompute: bool = False, one_block: bool = False):
     """The backward pass into seq, from dy = dL/d(output): ({state_dict key: gradient},
     dL/d(input) or None).
 
     Without need_input_grad, layers before the first one with weights are skipped and that
     layer computes only its weight gradients. With recompute, each block's forward is built
     again into seq from the block's input just before its backward, so the forward pass's
-    activations need not stay live until then."""
+    activations need not stay live until then. one_block makes all the builds one block (a
+    pipeline stage keeps only its input per micro-batch, as GPipe)."""
     first = 0 if need_input_grad else \
         next((k for k, b in enumerate(builds) if b.layer.param_names), len(builds))
     position = {id(b): k for k, b in enumerate(builds)}
     grads = {}
-    for block in reversed(blocks(builds)):
+    for block in reversed([list(builds)] if one_block else blocks(builds)):
         ks = [position[id(b)] for b in block]
         if ks[-1] < first:
             break

@@ -91,10 +91,9 @@ def _uniform(rng, shape, fan_in: int) -> np.ndarray:
 
 
 def _ones(b, shape, dtype, name: str):
-    """A constant of ones (the row or column a folded bias multiplies), mapped linearly."""
-    t = b.graph.add_constant(dtype, list(shape), 1.0, name)
-    poputil.map_tensor_linearly(b.graph, t)
-    return t
+    """The constant of ones (the row or column a folded bias multiplies), shared by every
+    layer, micro-batch and recomputation on the graph that needs this shape."""
+    return poputil.shared_constant(b.graph, dtype, shape, 1.0, name)
 
 
 def _relu(b, y, name: str):

@@ -10,7 +10,8 @@ reverse from the last stage. Each stage adds its micro-batches' weight gradients
 accumulator; the update uses the sum, so one step equals a step on the whole batch. With
 S stages and M micro-batches a phase takes M + S - 1 slots: the "bubble" of S - 1 slots where
 some IPUs wait shrinks as M grows, while the activations kept for the backward pass grow with
-M (unless recompute=True keeps only each block's input).
+M (unless recompute=True: then a stage keeps only its input per micro-batch and runs its
+forward again just before its backward).
 """
 from __future__ import annotations
 
@@ -80,15 +81,17 @@ def _like(graph, t, name: str):
     return v
 
 
-def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batches: int,
-                   grad_scale: float, seed=None, recompute: bool = False) -> StepResult:
-    """Forward, loss and backward of one batch through the pipeline, into seq."""
+def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, *,
+                      train: bool, seed=None, prefix: str = "", on_last=None):
+    """The forward phase: micro-batch m through stage s in slot t = m + s, the stages of a slot
+    in shared supersteps, outputs moved to the next IPU between slots. on_last(m, logits,
+    part) adds the last stage's per-micro-batch work (the loss). Returns ({(s, m): builds},
+    [logits per micro-batch])."""
     S, M, B = len(stages), micro_batches, x.shape[0]
     mb = B // M
-    last = stages[-1]
     inputs = {(0, m): x.slice(m * mb, (m + 1) * mb, 0) for m in range(M)}
-    builds, losses = {}, {}
-    for t in range(M + S - 1):                       # forward phase
+    builds, logits = {}, [None] * M
+    for t in range(M + S - 1):
         work, moves = [], []
         for s, st in enumerate(stages):
             m = t - s
@@ -96,20 +99,39 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
                 continue
             part = prog.Sequence(name=f"stage {s} forward mb{m}")
             y, builds[s, m] = build_forward(st.graph, model, inputs[s, m], params, part,
-                                            train=True, seed=seed, prefix=f"mb{m}/",
+                                            train=train, seed=seed, prefix=f"{prefix}mb{m}/",
                                             span=(st.lo, st.hi), micro=m)
-            if st is last:
-                losses[m] = popnn.calc_loss(st.graph, y, labels.slice(m * mb, (m + 1) * mb),
-                                            part, name=f"mb{m}/loss", num_correct=True,
-                                            grad_scale=grad_scale)
+            if s == S - 1:
+                logits[m] = y
+                if on_last is not None:
+                    on_last(m, y, part)
             else:
-                inputs[s + 1, m] = _like(stages[s + 1].graph, y, f"mb{m}/stage{s + 1}/input")
+                inputs[s + 1, m] = _like(stages[s + 1].graph, y,
+                                         f"{prefix}mb{m}/stage{s + 1}/input")
                 moves.append(prog.Copy(y, inputs[s + 1, m],
-                                       name=f"mb{m}: stage {s} to stage {s + 1}"))
+                                       name=f"{prefix}mb{m}: stage {s} to stage {s + 1}"))
             work.append(part)
-        seq.add(parallel(graph, work, f"pipeline forward {t}"))
+        seq.add(parallel(graph, work, f"{prefix}pipeline forward {t}"))
         if moves:
-            seq.add(parallel(graph, moves, f"pipeline forward {t} to next IPU"))
+            seq.add(parallel(graph, moves, f"{prefix}pipeline forward {t} to next IPU"))
+    return builds, logits
+
+
+def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batches: int,
+                   grad_scale: float, seed=None, recompute: bool = False) -> StepResult:
+    """Forward, loss and backward of one batch through the pipeline, into seq."""
+    S, M, B = len(stages), micro_batches, x.shape[0]
+    mb = B // M
+    last = stages[-1]
+    losses = {}
+
+    def loss_of(m, logits, part):
+        losses[m] = popnn.calc_loss(last.graph, logits, labels.slice(m * mb, (m + 1) * mb),
+                                    part, name=f"mb{m}/loss", num_correct=True,
+                                    grad_scale=grad_scale)
+
+    builds, _ = pipelined_forward(graph, model, stages, x, params, seq, M, train=True,
+                                  seed=seed, on_last=loss_of)
     loss_sum = popops.reduce(last.graph, concat([losses[m].loss.reshape([1]) for m in range(M)]),
                              [0], "add", seq, "loss/sum")
     loss = popops.map(last.graph, popops.expr._1 / float(M), [loss_sum], seq, "loss/mean")
@@ -135,7 +157,8 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
                 continue
             part = prog.Sequence(name=f"stage {s} backward mb{m}")
             grads, dx = build_backward(st.graph, builds[s, m], grads_in[s, m], part,
-                                       need_input_grad=s > 0, recompute=recompute)
+                                       need_input_grad=s > 0, recompute=recompute,
+                                       one_block=True)
             for key, g in grads.items():
                 popops.scaled_add_to(st.graph, accumulators[key], g, 1.0, part,
                                      f"mb{m}/grad_sum/{key}")
@@ -150,19 +173,5 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
     return StepResult(loss.reshape([1]), correct.reshape([1]), accumulators)
 
 
-def sharded_forward(model, stages, x, params, seq, prefix: str = "eval/"):
-    """The forward pass of a whole batch stage after stage (evaluation): logits on the last
-    stage's IPU."""
-    y = x
-    for s, st in enumerate(stages):
-        if s > 0:
-            moved = _like(st.graph, y, f"{prefix}stage{s}/input")
-            seq.add(prog.Copy(y, moved))
-            y = moved
-        y, _ = build_forward(st.graph, model, y, params, seq, train=False, prefix=prefix,
-                             span=(st.lo, st.hi))
-    return y
-
-
 __all__ = ["Stage", "StepResult", "stage_spans", "make_stages", "stage_of", "pipelined_step",
-           "sharded_forward"]
+           "pipelined_forward"]

@@ -27,14 +27,14 @@ import numpy as np
 
 from .. import popnn, popops, poputil
 from ..errors import DataError, EngineError, GraphError, TileMemoryError
-from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph
+from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Engine, Graph, concat
 from ..poplar import program as prog
 from ..popops.expr import _1
 from .build import all_reduce_gradients, argmax, build_backward, build_forward, flat, split, \
     uses_dropout
 from .model import Sequential, check_weights
 from .optim import SGD
-from .pipeline import StepResult, make_stages, pipelined_step, sharded_forward, stage_of, \
+from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
     stage_spans
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
@@ -256,8 +256,10 @@ class Trainer:
             ev.add(loss_seq)
             eval_logits, eval_loss = logits, loss
         else:
-            if stages:
-                eval_logits = sharded_forward(model, stages, x, params, ev)
+            if stages:        # the forward phase of the pipeline, micro-batched
+                _, parts = pipelined_forward(g, model, stages, x, params, ev,
+                                             self.micro_batches, train=False, prefix="eval/")
+                eval_logits = concat(parts)
             else:
                 eval_logits, _ = build_forward(g, model, x, params, ev, train=False,
                                                prefix="eval/")
@@ -287,8 +289,8 @@ class Trainer:
             if layer is None:
                 raise
             hint = "" if self.recompute else " or recompute=True"
-            hint = f"; try pipeline=[...] (stages on more IPUs){hint}" if self.pipeline is None \
-                else f"; try more pipeline stages or micro-batches{hint}"
+            hint = f" Or pipeline the model (pipeline=[...]: stages on more IPUs){hint}." \
+                if self.pipeline is None else f" Or use more pipeline stages{hint}."
             err = TileMemoryError(e.tile, e.needed, e.available, e.largest, message=(
                 f"layer {layer} ({self.model[layer]!r}) does not fit: {e}{hint}"))
             err.profile = e.profile

@@ -27,7 +27,8 @@ from ..machine.memory import CATEGORY, TileMemory
 from . import program as prog
 from .codelet import Batch
 from .graph import DataStream, GraphState, RemoteBuffer
-from .liveness import Liveness, ProgramOrder, VariableIndex, assign_slots, lifetimes
+from .liveness import Liveness, ProgramOrder, VariableIndex, assign_offsets, lifetimes, \
+    tile_blocks
 from .profile import Profile
 from .summary import GraphSummary
 from .tensor import Tensor
@@ -715,9 +716,9 @@ class Compiler:
     # --- memory -------------------------------------------------------------------------------
     def liveness(self, var_tiles: list, var_bytes: list) -> dict[int, int]:
         """Find the variables that are not always live (liveness.py), their intervals in the
-        program order and their slots; keep what the memory views need as Compiled.liveness.
+        program order and their offsets; keep what the memory views need as Compiled.liveness.
         var_tiles/var_bytes: per variable, the tiles holding it and its bytes there.
-        Returns {variable: slot} for the variables that are not always live."""
+        Returns {variable: offset} for the variables that are not always live."""
         st, align = self.st, self.target.cost.alignment
         order = ProgramOrder(self.out.roots)
         touched, read_first, start, end = lifetimes(order, self.touches, len(st.variables))
@@ -727,17 +728,18 @@ class Compiler:
         temp = np.flatnonzero(touched & ~read_first & ~pinned)
         tiles = [var_tiles[v] for v in temp.tolist()]
         nbytes = [-(-var_bytes[v] // align) * align for v in temp.tolist()]
-        slots = assign_slots(start[temp], end[temp],
-                             np.array([int(b.sum()) for b in nbytes], np.int64))
+        offsets = assign_offsets(start[temp], end[temp],
+                                 np.array([int(b.max(initial=0)) for b in nbytes], np.int64),
+                                 tile_blocks(tiles, self.T))
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
         owners = cat([np.full(t.size, v) for t, v in zip(tiles, temp.tolist())])
         self.out.liveness = Liveness(order, temp, start[temp], end[temp], cat(tiles),
                                      cat(nbytes), owners, self.T)
-        return dict(zip(temp.tolist(), slots.tolist()))
+        return dict(zip(temp.tolist(), offsets.tolist()))
 
     def layout_memory(self) -> TileMemory:
         """Every allocation of every tile: variables (those that are not always live share
-        slots, see liveness()), constants, vertex state, exchange buffers and code."""
+        addresses, see liveness()), constants, vertex state, exchange buffers and code."""
         st, c = self.st, self.target.cost
         var_tiles, var_bytes = [], []
         for v in st.variables:
@@ -745,15 +747,15 @@ class Compiler:
             per_tile = self._rep_per_tile(np.bincount(t, minlength=self.T))
             nz = np.flatnonzero(per_tile)
             var_tiles.append(nz), var_bytes.append(per_tile[nz] * v.dtype.size)
-        slot_of = self.liveness(var_tiles, var_bytes)
+        offset_of = self.liveness(var_tiles, var_bytes)
         tiles, sizes, cats, owners, names = [], [], [], [], []
-        shared = ([], [], [], [])   # tiles, bytes, owners, slots
+        shared = ([], [], [], [])   # tiles, bytes, owners, offsets
         for vi, v in enumerate(st.variables):
             nz, nbytes = var_tiles[vi], var_bytes[vi]
             names.append(v.name)
-            if vi in slot_of:
+            if vi in offset_of:
                 for out, x in zip(shared, (nz, nbytes, np.full(nz.size, vi),
-                                           np.full(nz.size, slot_of[vi]))):
+                                           np.full(nz.size, offset_of[vi]))):
                     out.append(x)
             else:
                 tiles.append(nz), sizes.append(nbytes), owners.append(np.full(nz.size, vi))

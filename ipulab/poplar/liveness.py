@@ -260,34 +260,50 @@ def _first_events(pos, var, kind):
     return var[first], kind[first]
 
 
-def assign_slots(start: np.ndarray, end: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """Greedy interval colouring: variables (rows of start/end, one column per root program,
-    -1 where unused) in order of first start; each joins a slot whose members have all ended
-    before it starts in every root it uses, else opens a new slot. With one root program this
-    uses the fewest slots possible. Among free slots, the smallest that is at least as large as
-    the variable (by bytes), else the largest: the slot grows least. Returns each one's slot."""
-    n, R = start.shape
+def assign_offsets(start: np.ndarray, end: np.ndarray, size: np.ndarray,
+                   blocks: np.ndarray) -> np.ndarray:
+    """Addresses for the variables that are not always live: one byte offset per variable,
+    the same on every tile it uses, into its tiles' not-always-live area.
+
+    Variables (rows of start/end, one column per root program, -1 where unused; size: the
+    most aligned bytes the variable has on one tile; blocks: which runs of tiles it touches)
+    are placed largest first, each at the lowest offset that does not meet any placed variable
+    it conflicts with: one live at the same time (in some root) on a common block of tiles.
+    Variables on other tiles, or live at other times, may take the same bytes ("greedy by
+    size", as memory planners for accelerators do). Returns each one's offset."""
+    n = size.size
     used = start >= 0
-    never = np.iinfo(np.int64).max
-    first = np.where(used, start, never).min(axis=1, initial=never)
-    slot_of = np.zeros(n, np.int64)
-    slot_end = np.zeros((0, R), np.int64)
-    slot_bytes = np.zeros(0, np.int64)
-    for i in np.lexsort((np.arange(n), first)).tolist():
-        cols = used[i]
-        free = np.flatnonzero((slot_end[:, cols] < start[i, cols]).all(axis=1))
-        if free.size:
-            fits = free[slot_bytes[free] >= nbytes[i]]
-            s = int(fits[np.argmin(slot_bytes[fits])] if fits.size
-                    else free[np.argmax(slot_bytes[free])])
-        else:
-            s = slot_bytes.size
-            slot_end = np.vstack([slot_end, np.full((1, R), -1, np.int64)])
-            slot_bytes = np.append(slot_bytes, 0)
-        slot_end[s, cols] = end[i, cols]
-        slot_bytes[s] = max(slot_bytes[s], nbytes[i])
-        slot_of[i] = s
-    return slot_of
+    offset = np.zeros(n, np.int64)
+    placed = np.zeros(0, np.int64)
+    for i in np.lexsort((np.arange(n), -size)).tolist():
+        if placed.size:
+            both = used[placed] & used[i]
+            meet = (both & (start[placed] <= end[i]) & (start[i] <= end[placed])).any(axis=1)
+            meet &= (blocks[placed] & blocks[i]).any(axis=1)
+            offset[i] = _lowest_gap(offset[placed[meet]], offset[placed[meet]] +
+                                    size[placed[meet]], int(size[i]))
+        placed = np.append(placed, i)
+    return offset
+
+
+def _lowest_gap(lo: np.ndarray, hi: np.ndarray, need: int) -> int:
+    """The lowest offset >= 0 where `need` bytes fit between the intervals [lo, hi)."""
+    if lo.size == 0:
+        return 0
+    order = np.argsort(lo, kind="stable")
+    lo, reach = lo[order], np.maximum.accumulate(hi[order])
+    starts = np.concatenate([[0], reach])
+    ends = np.concatenate([lo, [np.iinfo(np.int64).max]])
+    return int(starts[np.argmax(ends - starts >= need)])
+
+
+def tile_blocks(tiles: list, num_tiles: int, max_blocks: int = 64) -> np.ndarray:
+    """Which of (at most max_blocks) equal runs of tiles each variable's tiles touch."""
+    G = min(num_tiles, max_blocks)
+    out = np.zeros((len(tiles), G), bool)
+    for i, t in enumerate(tiles):
+        out[i, np.asarray(t, np.int64) * G // num_tiles] = True
+    return out
 
 
 class Liveness:

@@ -51,9 +51,8 @@ def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0) -> tuple[int, int
 
 
 def _zeros(g, dtype, shape, name: str) -> Tensor:
-    z = g.add_constant(dtype, list(shape), 0, name)
-    poputil.map_tensor_linearly(g, z)
-    return z
+    """Padding zeros, shared by every convolution on g that pads with this shape."""
+    return poputil.shared_constant(g, dtype, shape, 0.0, name)
 
 
 def _pad(g, t: Tensor, dim: int, lo: int, hi: int, name: str) -> Tensor:

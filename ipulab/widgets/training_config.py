@@ -41,10 +41,11 @@ class Config(NamedTuple):
         return f"{self.replicas}×{self.batch_size} {self.precision}"
 
 
-def replica_choices(target) -> list[int]:
-    """1 and the divisors of the target's IPUs: 1, 2, 4 on a Bow-2000."""
+def replica_choices(target, stages: int = 1) -> list[int]:
+    """1 and the divisors of the target's IPUs (1, 2, 4 on a Bow-2000) that leave each replica
+    an IPU per pipeline stage."""
     n = target.num_ipus
-    return [r for r in range(1, n + 1) if n % r == 0]
+    return [r for r in range(1, n + 1) if n % r == 0 and r * stages <= max(n, 1)]
 
 
 class ConfigControls(W.HBox):
@@ -56,7 +57,9 @@ class ConfigControls(W.HBox):
         self.samples = samples
         now = Config.of(trainer)
         self._sizes = sorted({now.batch_size, *BATCH_SIZES})
-        replicas = [r for r in replica_choices(trainer.device.target)
+        self._micro = trainer.micro_batches
+        stages = 1 if trainer.pipeline is None else len(trainer.pipeline) + 1
+        replicas = [r for r in replica_choices(trainer.device.target, stages)
                     if r * self._sizes[0] <= samples]
         buttons = {"button_width": "56px"}
         self.replicas = W.ToggleButtons(options=sorted({now.replicas, *replicas}),
@@ -72,8 +75,10 @@ class ConfigControls(W.HBox):
             ("precision", self.precision))])
 
     def _batches(self, replicas: int) -> list[int]:
-        """The batch sizes whose global batch fits in the training set."""
-        return [b for b in self._sizes if replicas * b <= self.samples] or self._sizes[:1]
+        """The batch sizes whose global batch fits in the training set (and that split into
+        a pipeline's micro-batches)."""
+        return [b for b in self._sizes if replicas * b <= self.samples and b % self._micro == 0] \
+            or self._sizes[:1]
 
     def _replicas_changed(self, change) -> None:
         """Keep the batch size if it still fits, else the largest that does."""
@@ -98,13 +103,14 @@ class ConfigControls(W.HBox):
 
 def rebuilt(trainer, config: Config, input_shape):
     """A new trainer in `config`, otherwise like `trainer`: the same model, device, lr,
-    momentum, seed, pipeline, recompute and engine options (and loss scaling if the precision
-    stays), compiled now for samples of `input_shape` and starting from `trainer`'s current
-    weights (momentum starts again from zero)."""
+    momentum, seed, pipeline (and micro-batches), recompute and engine options (and loss
+    scaling if the precision stays), compiled now for samples of `input_shape` and starting
+    from `trainer`'s current weights (momentum starts again from zero)."""
     new = type(trainer)(
         trainer.model, trainer.device, replicas=config.replicas, batch_size=config.batch_size,
         lr=trainer.lr, momentum=trainer.momentum, precision=config.precision,
         pipeline=trainer.pipeline, recompute=trainer.recompute, seed=trainer.seed,
+        micro_batches=None if trainer.pipeline is None else trainer.micro_batches,
         loss_scaling=trainer.loss_scaling if config.precision == trainer.precision else None,
         options=trainer.options, input_shape=input_shape)
     new.set_weights(trainer.get_weights())
