@@ -1,8 +1,10 @@
 """A corpus of WRONG answers to the course's questions: each must fail its check with the
 intended message, without raising. KIND names the mistake (the categories of COURSE.md)."""
+import re
+
 import numpy as np
 
-from ipulab import gcl, poplar, poplin, popops, poputil
+from ipulab import gcl, nn, poplar, poplin, popops, poputil
 from ipulab.course.codelets import AddTo, Divide, Dot, Double, SumPartials, SumVertex
 from ipulab.poplar import program as prog
 from ipulab.popops.expr import _1, _2, _3
@@ -478,3 +480,96 @@ def bag_no_offset(g, table, ids, seq):
     poputil.map_tensor_linearly(g, row)
     seq.add(prog.Copy(table, row))
     return row
+
+
+# --- ex09 ------------------------------------------------------------------------------------
+def _cnn(pool=nn.AvgPool2d, padding=1, features=None, relu=True, p=0.25):
+    """ex09.cnn's network with one mistake."""
+    def build_cnn(input_shape, classes):
+        c, h, w = input_shape
+        first = [nn.Conv2d(c, 8, 3, padding=padding)] + [nn.ReLU()] * relu
+        return nn.Sequential(*first, nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=padding),
+                             nn.ReLU(), pool(2), nn.Flatten(), nn.Dropout(p),
+                             nn.Linear(features or 16 * (h // 4) * (w // 4), classes))
+    return build_cnn
+
+
+wrong("ex09.cnn", WRONG_VALUE, "max pooling in the second block",
+      "layer 5 is MaxPool2d(kernel_size=2); the network has an AvgPool2d there")(
+    _cnn(pool=nn.MaxPool2d))
+wrong("ex09.cnn", OFF_BY_ONE, "a ReLU left out: the layers after it shift by one",
+      "layer 1 is MaxPool2d(kernel_size=2); the network has a ReLU there")(_cnn(relu=False))
+wrong("ex09.cnn", WRONG_VALUE, "no padding", "after layer 0 (Conv2d(1, 8, kernel_size=3))",
+      "(8, 6, 6)", "padding=1")(_cnn(padding=0))
+wrong("ex09.cnn", MISCONCEPTION, "in_features fixed for 8 x 8 digits",
+      "fails at layer 8 (input_shape (3, 8, 12), 5 classes)", "takes samples of 64 features",
+      "from input_shape")(_cnn(features=64))
+wrong("ex09.cnn", WRONG_VALUE, "dropout 0.5 (found by training on the simulator)",
+      "your model's loss at step 1 is", "Dropout(p=0.5) where the network has Dropout(p=0.25)")(
+    _cnn(p=0.5))
+wrong("ex09.link_bytes", MISCONCEPTION, "forgets the factor 2 of the all-reduce",
+      "you predicted 21,720 bytes", "43,440 bytes", "reduce-scatter AND its all-gather")(
+    lambda r, n, precision: (r - 1) * n * 4)
+wrong("ex09.link_bytes", OFF_BY_ONE, "r exchanges per phase, not r − 1",
+      "never sends a chunk to itself")(lambda r, n, precision: 2 * r * n * 4)
+wrong("ex09.link_bytes", WRONG_VALUE, "4 bytes a gradient in fp16",
+      "r = 2 replicas", "fp16", "HALF values: 2 bytes each")(
+    lambda r, n, precision: 2 * (r - 1) * n * 4)
+
+
+def _cycles_by_layer(pattern, of=lambda step: step.cycles):
+    """layer_cycles that reads a step's layer with `pattern` (a wrong one)."""
+    def layer_cycles(profile, num_layers):
+        cycles = [0] * num_layers
+        for step in profile.steps:
+            m = re.match(pattern, step.name)
+            if m:
+                cycles[int(m.group(1))] += of(step)
+        return cycles
+    return layer_cycles
+
+
+wrong("ex09.layer_cycles", MISCONCEPTION, "leaves out the recomputed steps",
+      "a 12-layer CNN, 4 replicas, recompute=True", "left out the steps named 'recompute/0.…'")(
+    _cycles_by_layer(r"(\d+)\.[A-Z]"))
+wrong("ex09.layer_cycles", OFF_BY_ONE, "reads one digit of the layer index",
+      "layer 1 (ReLU()) took 0 cycles", "the steps of layer 11 ('11.Linear/")(
+    _cycles_by_layer(r"(?:recompute/)?(\d)"))
+wrong("ex09.layer_cycles", WRONG_VALUE, "counts the compute phase only",
+      "counted only the compute phase")(
+    _cycles_by_layer(r"(?:recompute/)?(\d+)\.[A-Z]",
+                     lambda step: int(dict(step.phases)["compute"].max())))
+
+
+def _schedule(backward_in_forward_order=False, slots=None):
+    """ex09.schedule with one mistake."""
+    def schedule(S, M):
+        T = range(slots(S, M) if slots else M + S - 1)
+        forward = [{s: t - s for s in range(S) if 0 <= t - s < M} for t in T]
+        backward = [{s: (k if backward_in_forward_order else M - 1 - k) for s in range(S)
+                     if 0 <= (k := t - (S - 1 - s)) < M} for t in T]
+        return {"forward": forward, "backward": backward}
+    return schedule
+
+
+wrong("ex09.schedule", REDUCTION_ORDER, "backward in the forward's order of micro-batches",
+      "backward slot 0: the simulator ran {stage 3: mb 3}; you said {stage 3: mb 0}",
+      "REVERSE order")(_schedule(backward_in_forward_order=True))
+wrong("ex09.schedule", OFF_BY_ONE, "no bubble: M slots a phase", "forward phase has 7 slots",
+      "yours has 4", "M + S − 2 = 6")(_schedule(slots=lambda S, M: M))
+wrong("ex09.fast_step", TOO_SLOW, "replicated in fp32", "too slow", "1.67× par",
+      "fp32: the matrix products run at half the fp16 rate")(
+    {"replicas": 4, "batch_size": 64})
+wrong("ex09.fast_step", TOO_SLOW, "one replica over all four IPUs", "1.14× par",
+      "spans 4 IPUs", "cross the IPU-Links")(
+    {"replicas": 1, "batch_size": 256, "precision": "fp16"})
+wrong("ex09.fast_step", API_MISUSE, "a repeated boundary: an empty stage",
+      "must be increasing", "leave a stage with no layers")(
+    {"replicas": 1, "batch_size": 256, "pipeline": [3, 3, 6]})
+wrong("ex09.fast_step", API_MISUSE, "more stages than a replica has IPUs",
+      "a pipeline of 4 stages needs 4 IPUs per replica, but each replica has 2",
+      "replicas x stages may not exceed 4")(
+    {"replicas": 2, "batch_size": 128, "pipeline": [2, 3, 6], "precision": "fp16"})
+wrong("ex09.fast_step", WRONG_VALUE, "a bigger global batch",
+      "a global batch of 1,024 images per step", "fixes it at 256")(
+    {"replicas": 4, "batch_size": 256, "precision": "fp16"})

@@ -29,7 +29,7 @@ def progress_file(tmp_path, monkeypatch):
 # --- the registry ------------------------------------------------------------------------------
 def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
     sets = registry.sets()
-    assert sorted(sets) == [f"ex0{i}" for i in range(1, 9)]
+    assert sorted(sets) == [f"ex0{i}" for i in range(1, 10)]
     for sid, s in sets.items():
         qs = registry.questions(sid)
         kinds = {q.kind for q in qs}
@@ -43,7 +43,7 @@ def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
 
 def test_solution_notebooks_ask_every_question_in_order_after_a_doctor_cell():
     for sid, s in registry.sets().items():
-        assert (ROOT / "notebooks" / s.notebook).exists(), "a set goes with a guided notebook"
+        assert (ROOT / "notebooks" / s.guided).exists(), "a set goes with a guided notebook"
         nb = nbformat.read(SOLUTIONS / s.notebook, as_version=4)
         code = [c.source for c in nb.cells if c.cell_type == "code"]
         assert "ipulab.course.doctor()" in code[0]
@@ -154,6 +154,62 @@ def test_many_ipu_checks_accept_other_correct_answers(capsys):
     assert check("ex08.ring_cycles", 47490 + 29) and not check("ex08.ring_cycles", 47490 + 31)
     out = capsys.readouterr().out
     assert "1.17× par" in out and "route(15, 0)" not in out
+
+
+def test_training_checks_accept_other_correct_answers(capsys):
+    """Set 09 grades shapes, losses, bytes, cycles and the schedule the simulator ran, not one
+    way of writing them."""
+    import numpy as np
+
+    from ipulab import nn
+
+    def cnn_as_a_list(input_shape, classes):      # a list, tuples for sizes, a computed width
+        c, h, w = input_shape
+        layers = [nn.Conv2d(c, 8, (3, 3), padding=(1, 1)), nn.ReLU(), nn.MaxPool2d(2, stride=2),
+                  nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AvgPool2d((2, 2)), nn.Flatten(),
+                  nn.Dropout(p=0.25)]
+        features = nn.Sequential(layers).output_shape(input_shape)[0]
+        return nn.Sequential(layers + [nn.Linear(features, classes)])
+
+    def cycles_by_split(profile, num_layers):      # no regex, a numpy array
+        out = np.zeros(num_layers, np.int64)
+        for step in profile.steps:
+            head = step.name.removeprefix("recompute/").split("/")[0]
+            index, dot, kind = head.partition(".")
+            if dot and index.isdigit() and kind[:1].isupper():
+                out[int(index)] += step.cycles
+        return out
+
+    def schedule_by_stage(S, M):                   # numpy ints, filled stage by stage
+        forward = [{} for _ in range(M + S - 1)]
+        backward = [{} for _ in range(M + S - 1)]
+        for s in np.arange(S):
+            for m in np.arange(M):
+                forward[s + m][s] = m
+                backward[(S - 1 - s) + (M - 1 - m)][s] = m
+        return {"backward": backward, "forward": forward}
+
+    assert check("ex09.cnn", cnn_as_a_list)
+    assert check("ex09.link_bytes", lambda r, n, precision: np.int64(2 * (r - 1) * n)
+                 * (2.0 if precision == "fp16" else 4.0))
+    assert check("ex09.layer_cycles", cycles_by_split)
+    assert check("ex09.schedule", schedule_by_stage)
+    assert check("ex09.fast_step", {"replicas": 4, "batch_size": 64, "precision": "fp16",
+                                    "recompute": False, "pipeline": None})
+    out = capsys.readouterr().out
+    assert out.count("✓ ex09.") == 5 and "1.00× par" in out
+
+
+def test_a_training_configuration_that_overflows_is_explained():
+    from ipulab import data, devices, nn
+    from ipulab.course.bank import set09_bow2000_training as set09
+    from ipulab.course.feedback import Fail
+
+    x, y, _, _ = data.digits()
+    with pytest.raises(Fail, match=r"^your configuration does not fit in tile memory: layer 0 "
+                                   r"\(Conv2d\(1, 16, .*\), forward: .* does not fit"):
+        set09._train(nn.default_cnn(), devices.ipu("bow", tiles_per_ipu=1), x, y, 1,
+                     what="your configuration ", batch_size=512)
 
 
 def test_percentages_are_graded_within_half_a_point():

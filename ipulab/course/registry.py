@@ -50,17 +50,24 @@ class ExerciseSet:
     """The questions that go with one guided notebook."""
 
     id: str            # "ex01"
-    notebook: str      # "01_one_tile.ipynb" (the same name in notebooks/, solutions/, exercises/)
+    notebook: str      # "01_one_tile.ipynb": its name in solutions/ and exercises/
     title: str
     intro: str = ""
+    guide: str = ""    # the guided notebook in notebooks/, when its name differs
+
+    @property
+    def guided(self) -> str:
+        """The guided notebook's file name in notebooks/."""
+        return self.guide or self.notebook
 
 
 REGISTRY: dict[str, Question] = {}
 SETS: dict[str, ExerciseSet] = {}
 
 
-def exercise_set(set_id: str, notebook: str, title: str, intro: str = "") -> ExerciseSet:
-    s = ExerciseSet(set_id, notebook, title, intro)
+def exercise_set(set_id: str, notebook: str, title: str, intro: str = "",
+                 guide: str = "") -> ExerciseSet:
+    s = ExerciseSet(set_id, notebook, title, intro, guide)
     SETS[set_id] = s
     return s
 

@@ -1,5 +1,5 @@
 """One module per guided notebook; importing it registers the set and its questions.
-A new set (09 Bow-2000 training, ...) is a new module listed here."""
+A new set (10 scaling to pods, ...) is a new module listed here."""
 from . import (set01_one_tile, set02_bsp_supersteps, set03_the_exchange,  # noqa: F401
                set04_poplar_graph_api, set05_profiling, set06_matmul, set07_poplibs,
-               set08_many_ipus)
+               set08_many_ipus, set09_bow2000_training)
