@@ -17,8 +17,21 @@ def print_table(title: str, rows: list[tuple]) -> None:
               f"{target:<{widths[3]}}")
 
 
+def print_columns(title: str, rows: list[tuple]) -> None:
+    """rows[0] is the header; the first column is left-aligned, the others right-aligned."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    print(f"\n{title}")
+    for r in rows:
+        cells = [f"{r[0]:<{widths[0]}}"] + [f"{c:>{w}}" for c, w in zip(r[1:], widths[1:])]
+        print("       " + "  ".join(cells))
+
+
 if __name__ == "__main__":
     import foundation
     import poplibs
+    import training
     print_table("Foundation (issue 2)", foundation.main())
     print_table("PopLibs (issue 4)", poplibs.main())
+    targets, scaling = training.main()
+    print_table("Training (issue 5)", targets)
+    print_columns("Training: cost from 1 to 16 IPUs (one replica of 16 per IPU)", scaling)

@@ -1,17 +1,18 @@
-"""A plain numpy (float64) reference of ipulab.nn: the same layers, forward, backward and SGD,
-written independently of the library, to check the simulated training step against."""
+"""A plain numpy reference of ipulab.nn: the same layers, forward, backward and SGD, written
+independently of the library, to check the simulated training step against (in float64) and to
+time it against (benchmarks/training.py, in float32: the same math at the simulator's precision)."""
 import numpy as np
 
 from ipulab import nn
 
 
 def _im2col(x, kh, kw, stride, padding):
-    """(n, ho, wo, c*kh*kw) patches of x (NCHW), zero padded."""
+    """(n, ho, wo, c*kh*kw) patches of x (NCHW), zero padded, in x's dtype."""
     (sh, sw), (ph, pw) = stride, padding
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     n, c, h, w = xp.shape
     ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-    cols = np.empty((n, ho, wo, c, kh, kw))
+    cols = np.empty((n, ho, wo, c, kh, kw), x.dtype)
     for dy in range(kh):
         for dx in range(kw):
             cols[:, :, :, :, dy, dx] = xp[:, :, dy:dy + sh * (ho - 1) + 1:sh,
@@ -22,7 +23,7 @@ def _im2col(x, kh, kw, stride, padding):
 def _col2im(dcols, x_shape, kh, kw, stride, padding):
     (sh, sw), (ph, pw) = stride, padding
     n, c, h, w = x_shape
-    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dcols.dtype)
     _, ho, wo, _ = dcols.shape
     d = dcols.reshape(n, ho, wo, c, kh, kw)
     for dy in range(kh):
@@ -38,7 +39,7 @@ def _windows(x, k, s, p, fill):
     xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=fill)
     n, c, h, w = xp.shape
     ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-    win = np.empty((n, c, ho, wo, kh * kw))
+    win = np.empty((n, c, ho, wo, kh * kw), x.dtype)
     for dy in range(kh):
         for dx in range(kw):
             win[..., dy * kw + dx] = xp[:, :, dy:dy + sh * (ho - 1) + 1:sh,
@@ -49,7 +50,7 @@ def _windows(x, k, s, p, fill):
 def _unwindow(dwin, x_shape, k, s, p):
     (kh, kw), (sh, sw), (ph, pw) = k, s, p
     n, c, h, w = x_shape
-    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+    dxp = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dwin.dtype)
     _, _, ho, wo, _ = dwin.shape
     for dy in range(kh):
         for dx in range(kw):
@@ -59,15 +60,16 @@ def _unwindow(dwin, x_shape, k, s, p):
 
 
 class Reference:
-    """Forward, backward and SGD (with momentum) of an nn.Sequential, in float64 numpy."""
+    """Forward, backward and SGD (with momentum) of an nn.Sequential in numpy, computed in
+    dtype (float64 by default)."""
 
-    def __init__(self, model, weights, lr, momentum=0.0):
-        self.model, self.lr, self.momentum = model, lr, momentum
-        self.w = {k: np.asarray(v, np.float64).copy() for k, v in weights.items()}
+    def __init__(self, model, weights, lr, momentum=0.0, dtype=np.float64):
+        self.model, self.lr, self.momentum, self.dtype = model, lr, momentum, dtype
+        self.w = {k: np.asarray(v, dtype).copy() for k, v in weights.items()}
         self.v = {k: np.zeros_like(v) for k, v in self.w.items()}
 
     def forward(self, x, train=True):
-        x = np.asarray(x, np.float64)
+        x = np.asarray(x, self.dtype)
         caches = []
         for i, layer in enumerate(self.model):
             cache = {"x": x}
@@ -140,7 +142,7 @@ class Reference:
             elif isinstance(layer, nn.ReLU):
                 dy = np.where(c["y"] > 0, dy, 0.0)
             elif isinstance(layer, nn.MaxPool2d):
-                dwin = np.zeros(c["win_shape"])
+                dwin = np.zeros(c["win_shape"], dy.dtype)
                 np.put_along_axis(dwin, c["arg"][..., None], dy[..., None], -1)
                 dy = _unwindow(dwin, x.shape, layer.kernel_size, layer.stride, layer.padding)
             elif isinstance(layer, nn.AvgPool2d):

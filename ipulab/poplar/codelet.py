@@ -11,10 +11,10 @@ import traceback
 
 import numba
 import numpy as np
-from numba.typed import List
 
 from ..errors import CodeletError
 from .codelet_cache import cached_driver
+from .regions import regions, view
 from .rewrite import half_fields, rewrite
 
 MODES = ("compiled", "checked", "python")
@@ -24,7 +24,9 @@ _drivers: dict = {}
 
 # --- drivers ------------------------------------------------------------------------------------
 def _driver_source(kinds: tuple, multi: bool, workers: int) -> str:
-    """Source of a driver for fields of the given kinds (in compute-parameter order)."""
+    """Source of a driver for fields of the given kinds (in compute-parameter order): each
+    vertex's fields are views of the arenas (regions.view and regions.regions), which borrow
+    the arenas' memory for the length of the call."""
     args = ", ".join(f"a{j}" for j in range(len(kinds)))
     lines = [f"def driver(progress, {args}, off, ln, vl_first, vl_count, vl_off, vl_len):",
              "    for v in range(off.shape[0]):",
@@ -32,13 +34,11 @@ def _driver_source(kinds: tuple, multi: bool, workers: int) -> str:
     col = vcol = 0
     for j, kind in enumerate(kinds):
         if kind == "vector_list":
-            lines += [f"        f{j} = List()",
-                      f"        for q in range(vl_first[v, {vcol}], "
-                      f"vl_first[v, {vcol}] + vl_count[v, {vcol}]):",
-                      f"            f{j}.append(a{j}[vl_off[q]:vl_off[q] + vl_len[q]])"]
+            lines.append(f"        f{j} = _ipl_regions(a{j}, vl_off, vl_len, vl_first[v, {vcol}], "
+                         f"vl_count[v, {vcol}])")
             vcol += 1
         else:
-            lines.append(f"        f{j} = a{j}[off[v, {col}]:off[v, {col}] + ln[v, {col}]]")
+            lines.append(f"        f{j} = _ipl_view(a{j}, off[v, {col}], ln[v, {col}])")
             col += 1
     call = ", ".join(f"f{j}" for j in range(len(kinds)))
     if multi:
@@ -67,7 +67,8 @@ def _driver_for(cls, mode: str, kinds: tuple, workers: int):
         source = _driver_source(kinds, cls.multi, workers)
         driver = cached_driver(cls, mode, source)
         if driver is None:
-            ns = {"compute": _compute_for(cls, mode), "List": List}
+            ns = {"compute": _compute_for(cls, mode), "_ipl_regions": regions,
+                  "_ipl_view": view}
             exec(source, ns)
             driver = numba.njit(boundscheck=mode == "checked", error_model="numpy")(
                 ns["driver"])

@@ -22,7 +22,7 @@ from .rewrite import half_fields, rewritten_tree
 
 # compiled into every driver (HALF rounding, literal helpers): a change must invalidate it
 _OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
-                        for rel in ("rewrite.py", "../machine/kernels.py"))
+                        for rel in ("rewrite.py", "regions.py", "../machine/kernels.py"))
 
 
 def cache_dir() -> Path:
@@ -51,11 +51,11 @@ def _source(cls, mode: str, driver_source: str, mod) -> str:
         "safe to delete",
         "import importlib",
         "import numba",
-        "from numba.typed import List",
         f"_home = importlib.import_module({mod.__name__!r})",
         "globals().update({k: v for k, v in vars(_home).items() if not k.startswith('__')})",
         "from ipulab.poplar.rewrite import HELPERS",
         "globals().update(HELPERS)",
+        "from ipulab.poplar.regions import regions as _ipl_regions, view as _ipl_view",
         f"@numba.njit(cache=True, {flags}, fastmath={bool(cls.fastmath)})",
         ast.unparse(tree),
         f"compute = {fn.__name__}",

@@ -102,24 +102,24 @@ def _max_pool_grad(geometry, runs, x, pooled, grad, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
     taps = (len(geometry) - 9) // 2
     for j in range(len(out)):
-        o = out[j]
+        o, xj, pj, gj = out[j], x[j], pooled[j], grad[j]     # each region's view, once
         rows = len(o) // W
         for k in range(len(o)):
             o[k] = 0.0
-        for q in range(len(grad[j]) // Wo):
+        for q in range(len(gj) // Wo):
             r = runs[3 * j + 1] + q                    # global pooled row of grad[j], pooled[j]
             oy = r % Ho
             own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
             seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
             for ox in range(Wo):
-                p = pooled[j][q * Wo + ox]
+                p = pj[q * Wo + ox]
                 for t in range(taps):
                     iy, ix, inside = tap(geometry, oy, ox, t)
                     if inside:
-                        v = x[j][(seen + iy) * W + ix]
+                        v = xj[(seen + iy) * W + ix]
                         if v == p or (p != p and v != v):     # the first tap with the max
                             if own + iy >= 0 and own + iy < rows:
-                                o[(own + iy) * W + ix] += grad[j][q * Wo + ox]
+                                o[(own + iy) * W + ix] += gj[q * Wo + ox]
                             break
 
 
@@ -127,14 +127,14 @@ def _avg_pool_grad(geometry, runs, grad, out):
     W, Ho, Wo = geometry[1], geometry[2], geometry[3]
     taps = (len(geometry) - 9) // 2
     for j in range(len(out)):
-        o = out[j]
+        o, gj = out[j], grad[j]
         for k in range(len(o)):
             o[k] = 0.0
-        for q in range(len(grad[j]) // Wo):
+        for q in range(len(gj) // Wo):
             r = runs[2 * j + 1] + q
             own = (r // Ho) * geometry[0] - runs[2 * j]
             for ox in range(Wo):
-                share = grad[j][q * Wo + ox] / divisor(geometry, r % Ho, ox)
+                share = gj[q * Wo + ox] / divisor(geometry, r % Ho, ox)
                 for t in range(taps):
                     iy, ix, inside = tap(geometry, r % Ho, ox, t)
                     if inside and own + iy >= 0 and (own + iy) * W < len(o):

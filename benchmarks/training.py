@@ -1,0 +1,109 @@
+"""Training benchmarks (issue 5): the default CNN's training step on simulated IPUs.
+
+(a) one training step of nn.default_cnn() on a full Bow-2000, 4 replicas x 16 images, against
+    the numpy reference of the same math (tests/nn_reference.py in float32: forward, backward
+    and SGD with momentum for the same 64 images), measured side by side in one run;
+(b) one epoch of digits (1,437 training images: 22 steps of 64) through Trainer.fit;
+(c) how the cost grows from 1 IPU to a Bow-2000 (4) and a Pod16 (16), one replica of 16 images
+    per IPU: simulated cycles and images/s, IPU-Link bytes per step, host wall time per step.
+
+Step times are taken inside Trainer.fit (a callback stamps the clock after every step) and the
+best step is reported, so compile time and the first, cold step are excluded.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ipulab
+from foundation import best_of
+from ipulab import cli, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from nn_reference import Reference  # noqa: E402
+
+LR, MOMENTUM, BATCH = 0.1, 0.9, 16
+SYSTEMS = {"1 IPU (Bow)": lambda tpi: ipulab.devices.ipu("bow", tiles_per_ipu=tpi),
+           "Bow-2000 (4 IPUs)": ipulab.devices.bow2000,
+           "Pod16 (16 IPUs)": ipulab.devices.pod16}
+
+
+def bench_training(device, replicas: int, epochs: int = 1, batch_size: int = BATCH) -> dict:
+    """Build a Trainer (timed), fit digits for `epochs` in order (timed, every step stamped),
+    and check the first step's loss against the float32 numpy reference of the same batch."""
+    x, y, _, _ = ipulab.data.digits()
+    model = nn.default_cnn()
+    model.reset_parameters(0)
+    weights = {k: v.copy() for k, v in model.state_dict().items()}
+    t = time.perf_counter()
+    tr = nn.Trainer(model, device, replicas=replicas, batch_size=batch_size, lr=LR,
+                    momentum=MOMENTUM, input_shape=x.shape[1:])
+    t_build = time.perf_counter() - t
+    stamps = []
+    t = time.perf_counter()
+    h = tr.fit(x, y, epochs, shuffle=False,
+               callback=lambda *_: stamps.append(time.perf_counter()))
+    t_fit = time.perf_counter() - t
+    gb = tr.global_batch_size
+    ref = Reference(model, weights, LR, MOMENTUM, np.float32)
+    loss, _ = ref.step(x[:gb], y[:gb])
+    assert abs(h["loss"][0] - loss) <= 1e-4 * max(1.0, abs(loss)), (h["loss"][0], loss)
+    summary = cli.step_summary(tr.profile())
+    return {"t_build": t_build, "t_fit": t_fit, "steps": len(stamps),
+            "t_step": float(np.diff(stamps).min()) if len(stamps) > 1 else t_fit,
+            "cycles": summary["step_cycles"], "ipu_link_bytes": summary["ipu_link_bytes"],
+            "images_per_second": gb / summary["step_seconds"], "global_batch": gb}
+
+
+def reference_step_time(global_batch: int, repeat: int = 20) -> float:
+    """Best wall time of one float32 numpy training step (forward, loss, backward, SGD with
+    momentum) of the default CNN on global_batch digits."""
+    x, y, _, _ = ipulab.data.digits()
+    model = nn.default_cnn()
+    model.reset_parameters(0)
+    ref = Reference(model, model.state_dict(), LR, MOMENTUM, np.float32)
+    xb, yb = x[:global_batch], y[:global_batch]
+    ref.step(xb, yb)
+    assert ref.w["0.weight"].dtype == np.float32
+    return best_of(lambda: ref.step(xb, yb), repeat)
+
+
+def scaling(tiles_per_ipu: int | None = None, systems=SYSTEMS) -> list[tuple]:
+    """One epoch per system, one replica of 16 images per IPU: (system, its figures)."""
+    rows = []
+    for name, make in systems.items():
+        device = make(tiles_per_ipu)
+        rows.append((name, bench_training(device, device.target.num_ipus)))
+    return rows
+
+
+def main(tiles_per_ipu: int | None = None) -> tuple[list[tuple], list[tuple]]:
+    """The two tables: (a) and (b) against their targets, and (c) the scaling table."""
+    rows = scaling(tiles_per_ipu)
+    bow = dict(rows)["Bow-2000 (4 IPUs)"]
+    t_ref = reference_step_time(bow["global_batch"])
+    ratio = bow["t_step"] / t_ref
+    targets = [
+        ("training step, default CNN, Bow-2000, 4 replicas x 16", f"{bow['t_step'] * 1e3:.1f} ms",
+         f"{ratio:.2f}x numpy float32 @ {t_ref * 1e3:.1f} ms", "<= 3x numpy", ratio <= 3),
+        (f"one epoch of digits ({bow['steps']} steps of {bow['global_batch']}), fit()",
+         f"{bow['t_fit']:.1f} s", "", "< 60 s", bow["t_fit"] < 60),
+        ("  its Trainer build (graph + compile)", f"{bow['t_build']:.1f} s", "", "", True),
+    ]
+    table = [("system", "replicas x batch", "cycles/step", "simulated images/s",
+              "IPU-Link bytes/step", "wall ms/step", "build s")]
+    for name, r in rows:
+        table.append((name, f"{r['global_batch'] // BATCH} x {BATCH}", f"{r['cycles']:,}",
+                      f"{r['images_per_second']:,.0f}", f"{r['ipu_link_bytes']:,}",
+                      f"{r['t_step'] * 1e3:.1f}", f"{r['t_build']:.1f}"))
+    return targets, table
+
+
+if __name__ == "__main__":
+    from run import print_columns, print_table
+    targets, table = main()
+    print_table("Training (issue 5)", targets)
+    print_columns("Training: cost from 1 to 16 IPUs (one replica of 16 per IPU)", table)
