@@ -31,10 +31,13 @@ SYSTEMS = {"1 IPU (Bow)": lambda tpi: ipulab.devices.ipu("bow", tiles_per_ipu=tp
            "Pod16 (16 IPUs)": ipulab.devices.pod16}
 
 
-def bench_training(device, replicas: int, epochs: int = 1, batch_size: int = BATCH) -> dict:
-    """Build a Trainer (timed), fit digits for `epochs` in order (timed, every step stamped),
-    and check the first step's loss against the float32 numpy reference of the same batch."""
+def bench_training(device, replicas: int, epochs: int = 1, batch_size: int = BATCH,
+                   samples: int | None = None) -> dict:
+    """Build a Trainer (timed), fit digits (the first `samples` of them, or all) for `epochs`
+    in order (timed, every step stamped), and check the first step's loss against the float32
+    numpy reference of the same batch."""
     x, y, _, _ = ipulab.data.digits()
+    x, y = x[:samples], y[:samples]
     model = nn.default_cnn()
     model.reset_parameters(0)
     weights = {k: v.copy() for k, v in model.state_dict().items()}
@@ -58,7 +61,7 @@ def bench_training(device, replicas: int, epochs: int = 1, batch_size: int = BAT
             "images_per_second": gb / summary["step_seconds"], "global_batch": gb}
 
 
-def reference_step_time(global_batch: int, repeat: int = 20) -> float:
+def reference_step_time(global_batch: int, repeat: int = 50) -> float:
     """Best wall time of one float32 numpy training step (forward, loss, backward, SGD with
     momentum) of the default CNN on global_batch digits."""
     x, y, _, _ = ipulab.data.digits()
@@ -71,20 +74,22 @@ def reference_step_time(global_batch: int, repeat: int = 20) -> float:
     return best_of(lambda: ref.step(xb, yb), repeat)
 
 
-def scaling(tiles_per_ipu: int | None = None, systems=SYSTEMS) -> list[tuple]:
+def scaling(tiles_per_ipu: int | None = None, samples: int | None = None) -> list[tuple]:
     """One epoch per system, one replica of 16 images per IPU: (system, its figures)."""
     rows = []
-    for name, make in systems.items():
+    for name, make in SYSTEMS.items():
         device = make(tiles_per_ipu)
-        rows.append((name, bench_training(device, device.target.num_ipus)))
+        rows.append((name, bench_training(device, device.target.num_ipus, samples=samples)))
     return rows
 
 
-def main(tiles_per_ipu: int | None = None) -> tuple[list[tuple], list[tuple]]:
-    """The two tables: (a) and (b) against their targets, and (c) the scaling table."""
-    rows = scaling(tiles_per_ipu)
+def main(tiles_per_ipu: int | None = None, samples: int | None = None,
+         repeat: int = 50) -> tuple[list[tuple], list[tuple]]:
+    """The two tables: (a) and (b) against their targets, and (c) the scaling table.
+    (tiles_per_ipu and samples shrink the run, for the smoke test.)"""
+    rows = scaling(tiles_per_ipu, samples)
     bow = dict(rows)["Bow-2000 (4 IPUs)"]
-    t_ref = reference_step_time(bow["global_batch"])
+    t_ref = reference_step_time(bow["global_batch"], repeat)
     ratio = bow["t_step"] / t_ref
     targets = [
         ("training step, default CNN, Bow-2000, 4 replicas x 16", f"{bow['t_step'] * 1e3:.1f} ms",

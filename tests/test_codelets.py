@@ -1,6 +1,7 @@
 """Codelets: fields of every kind, remote data, MultiVertex, INT and HALF, cycle estimates, and
 the three codelet modes (compiled, checked, python) agreeing bit for bit."""
 import numpy as np
+import pytest
 from codelets import Dot, SumVertex
 from helpers import MODES, bits, run_engine
 from hypothesis import given, settings
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 
 import ipulab
 from ipulab import poplar, poputil
+from ipulab.errors import CodeletError
 from ipulab.poplar import program as prog
 
 
@@ -43,6 +45,25 @@ class RowSums(poplar.Vertex):
             for j in range(len(row)):
                 s += row[j]
             out[r] = s * scale[0]
+
+
+class ListWalk(poplar.Vertex):
+    """A VectorList walked by iteration and read by negative index, another written; `past`
+    reads one region past the end when non-zero."""
+    rows = poplar.Input(poplar.VectorList[poplar.FLOAT])
+    past = poplar.Input(poplar.INT)
+    out = poplar.Output(poplar.VectorList[poplar.FLOAT])
+
+    @staticmethod
+    def compute(rows, past, out):
+        r = 0
+        for row in rows:
+            o = out[r]
+            for j in range(len(row)):
+                o[j] = row[j] * rows[-1][0]
+            r += 1
+        if past[0]:
+            out[0][0] = rows[len(rows)][0]
 
 
 class Scale(poplar.Vertex):
@@ -201,6 +222,37 @@ def test_vector_list_scalar_and_remote_fields(dev4, mode):
     expected = 3 * np.array([h[0].sum(), h[1, 1:].sum(), h[2, ::2].sum(), h[1].sum(),
                              h[2].sum()], np.float32)
     np.testing.assert_array_equal(e.read_tensor("out"), expected)
+
+
+def _list_walk(dev, mode, past: int):
+    g = poplar.Graph(dev.target)
+    m = g.add_variable(poplar.FLOAT, [3, 4], "m")
+    out = g.add_variable(poplar.FLOAT, [3, 4], "out")
+    flag = g.add_constant(poplar.INT, [1], past, "past")
+    for t in (m, out, flag):
+        g.set_tile_mapping(t, 1)
+    g.set_tile_mapping(m[2], 3)                      # one region from another tile
+    cs = g.add_compute_set("walk")
+    g.add_vertex(cs, ListWalk, {"rows": [m[0], m[1, 1:], m[2]], "past": flag[0],
+                                "out": [out[0], out[1, 1:], out[2]]}, tile=1)
+    g.create_host_write("m", m)
+    g.create_host_read("out", out)
+    e = poplar.Engine(g, prog.Execute(cs), mode[1])
+    e.load(dev)
+    e.write_tensor("m", np.arange(12, dtype=np.float32).reshape(3, 4))
+    return e
+
+
+def test_vector_list_iteration_negative_index_and_past_the_end(dev4, mode):
+    e = _list_walk(dev4, mode, 0)
+    e.run()
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = h * h[2, 0]
+    want[1, 0] = 0.0                                 # out[1, 0] is in no region
+    np.testing.assert_array_equal(e.read_tensor("out"), want)
+    e = _list_walk(dev4, mode, 1)
+    with pytest.raises(CodeletError, match=r"ListWalk: vertex \d+ on tile 1 .*IndexError"):
+        e.run()
 
 
 def test_inout_reads_then_writes_in_place_and_remote(dev4, mode):

@@ -80,6 +80,24 @@ def test_copy_plan_runs():
     np.testing.assert_array_equal(dst_arena, expected)
 
 
+def test_copy_plan_short_and_long_runs():
+    """Runs of 1 to 40 elements (short ones are copied element by element, long ones through
+    views) land exactly where the element lists say."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(1, 41, 60)
+    src = np.concatenate([s + np.arange(n) for s, n in
+                          zip(rng.permutation(60) * 50, lengths)]).astype(np.int64)
+    dst = np.arange(src.size, dtype=np.int64) + 3000
+    z = np.zeros(src.size, np.int64)
+    plan = CopyPlan(T4, src, dst, z, z, 4)
+    assert plan.length.min() <= 8 < plan.length.max()
+    arena = rng.standard_normal(3000 + src.size).astype(np.float32)
+    expected = arena.copy()
+    expected[dst] = arena[src]
+    plan.run(arena, arena)
+    np.testing.assert_array_equal(arena, expected)
+
+
 @pytest.mark.parametrize("shift", [1, -1, 3])
 def test_staged_copy_when_destination_overlaps_source(shift):
     arena = np.arange(20, dtype=np.float32)

@@ -12,8 +12,13 @@ def copy_runs(src, dst, src_start, dst_start, length):
     """dst[dst_start[r] + i] = src[src_start[r] + i] for every run r and i < length[r]."""
     for r in range(length.shape[0]):
         n = length[r]
-        a = src[src_start[r]:src_start[r] + n]
-        b = dst[dst_start[r]:dst_start[r] + n]
+        s, d = src_start[r], dst_start[r]
+        if n <= 8:       # most runs of a gather: element by element, no views to set up
+            for i in range(n):
+                dst[d + i] = src[s + i]
+            continue
+        a = src[s:s + n]
+        b = dst[d:d + n]
         for i in range(n):   # through views: LLVM vectorises this, unlike indexing the arenas
             b[i] = a[i]
 

@@ -56,7 +56,7 @@ def _source(cls, mode: str, driver_source: str, mod) -> str:
         "from ipulab.poplar.rewrite import HELPERS",
         "globals().update(HELPERS)",
         "from ipulab.poplar.regions import regions as _ipl_regions, view as _ipl_view",
-        f"@numba.njit(cache=True, {flags}, fastmath={bool(cls.fastmath)})",
+        f"@numba.njit(cache=True, {flags}, fastmath={bool(cls.fastmath)}, inline='always')",
         ast.unparse(tree),
         f"compute = {fn.__name__}",
         f"@numba.njit(cache=True, {flags})",

@@ -6,12 +6,15 @@ contexts, and each worker takes its own share of the rows (block product) or ele
 (reduction). Their cycle estimates are in worker-issue cycles, as the cycle model wants
 (tile time = 6 x the busiest worker).
 
-The block product hands each worker's row slab to numba's np.dot on 2-D views, which calls
-BLAS (scipy's, which numba uses for linear algebra). That was measured about 4x faster than
-the best numba loop nest for tile-sized blocks (75 vs 15-27 GFLOP/s for blocks like
-128x45x128 on an AVX-512 laptop core). Results are deterministic run to run, but the summation
-order inside BLAS is its own, so python mode (numpy's BLAS) may differ from compiled mode in
-the last bits, as with a `fastmath` codelet.
+The block product hands a worker's row slab of at least BLAS_MACS multiply-adds to numba's
+np.dot on 2-D views, which calls BLAS (scipy's, which numba uses for linear algebra): measured
+about 4x faster than the best numba loop nest for tile-sized blocks (75 vs 15-27 GFLOP/s for
+blocks like 128x45x128 on an AVX-512 laptop core). Its summation order is BLAS's own, so there
+python mode (numpy's BLAS) may differ from compiled mode in the last bits, as with a
+`fastmath` codelet. Smaller slabs -- most of them when a small network is spread over
+thousands of tiles -- go to rows_product, where a BLAS call would cost more than the work:
+eight columns at a time in SIMD lanes, summed over k in order, the same bits in every mode
+and on every host.
 
 [MODEL] The cycle figures: the AMP (accumulating matrix product) unit of a Mk2/Bow tile does
 fp32_flops_per_cycle_per_tile / 2 = 16 fp32 MACs per cycle (64 for fp16). With all six workers
@@ -27,6 +30,7 @@ from math import isqrt
 import numpy as np
 from numba import njit
 
+from ..machine.simd import LANES, f32x8_axpy, f32x8_load, f32x8_store, f32x8_zero
 from ..poplar import FLOAT, HALF, INT, Input, InOut, MultiVertex, Output, Vector
 from ..poplar.types import as_type
 
@@ -36,6 +40,7 @@ WORKERS = 6
 BLOCK_OVERHEAD = 30        # worker cycles: vertex entry, AMP setup, pointer loads
 ROW_OVERHEAD = 6           # worker cycles per output row: row pointers, accumulator drain
 REDUCE_OVERHEAD = 12       # worker cycles: vertex entry and loop setup
+BLAS_MACS = 4096           # a worker's slab at least this big goes to BLAS (host speed only)
 FLOATS_PER_VECTOR = 2      # f32v2: two floats per add or 64-bit load
 
 
@@ -72,34 +77,50 @@ def reduce_worker_cycles(n_out, num_partials, accumulate=False, workers: int = W
                                         + 2 * np.asarray(accumulate, np.int64))
 
 
+@njit(cache=True, inline="always")
+def rows_product(a, b, c, k, n, r0, r1, j0, j1):
+    """c[i*n + j] = the sum over kk = 0, 1, ... (in that order, from +0.0) of
+    a[i*k + kk] * b[kk*n + j], for rows r0 <= i < r1 and columns j0 <= j < j1.
+
+    Eight columns at a time in SIMD lanes, with the same roundings as one column at a time;
+    past the last full eight, one more eight ending at j1 (recomputing a few columns, to the
+    same bits) rather than a column at a time. Rows narrower than eight go column by column."""
+    for i in range(r0, r1):
+        if j1 - j0 >= LANES:
+            j = j0
+            while j < j1:
+                j = min(j, j1 - LANES)
+                acc = f32x8_zero()
+                for kk in range(k):
+                    acc = f32x8_axpy(acc, a[i * k + kk], f32x8_load(b, kk * n + j))
+                f32x8_store(c, i * n + j, acc)
+                j += LANES
+        else:
+            for j in range(j0, j1):
+                s = np.float32(0.0)
+                for kk in range(k):
+                    s += a[i * k + kk] * b[kk * n + j]
+                c[i * n + j] = s
+
+
 def _matmul_block(worker_id, dims, a, b, c):
     m = np.int64(dims[0])
     k = np.int64(dims[1])
     n = np.int64(dims[2])
-    if m >= 6:
+    if m >= 6:                           # a slab of rows per worker
         r0 = worker_id * m // 6
         r1 = (worker_id + 1) * m // 6
-        if k == 0:
-            for i in range(r0 * n, r1 * n):
-                c[i] = 0.0
-        elif r1 > r0:
+        if k > 0 and (r1 - r0) * k * n >= BLAS_MACS:
             np.dot(a[r0 * k:r1 * k].reshape((r1 - r0, k)), b.reshape((k, n)),
                    c[r0 * n:r1 * n].reshape((r1 - r0, n)))
+        else:
+            rows_product(a, b, c, k, n, r0, r1, 0, n)
         return
     parts = 6 // m if m > 0 else 1       # a short block: each row's columns split over workers
-    if worker_id >= m * parts:
-        return
-    i = worker_id // parts
-    j0 = (worker_id % parts) * n // parts
-    j1 = (worker_id % parts + 1) * n // parts
-    row = c[i * n + j0:i * n + j1]
-    for j in range(j1 - j0):
-        row[j] = 0.0
-    for kk in range(k):
-        aik = a[i * k + kk]
-        brow = b[kk * n + j0:kk * n + j1]
-        for j in range(j1 - j0):
-            row[j] += aik * brow[j]
+    if worker_id < m * parts:
+        i = worker_id // parts
+        rows_product(a, b, c, k, n, i, i + 1, (worker_id % parts) * n // parts,
+                     (worker_id % parts + 1) * n // parts)
 
 
 class MatMulBlock(MultiVertex):
@@ -124,20 +145,19 @@ class MatMulBlock(MultiVertex):
         return int(block_worker_cycles(m, k, n, cls.macs_per_cycle))
 
 
+@njit(cache=True, inline="always")
+def _partial_sum(partials, j, n):
+    """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32."""
+    s = partials[j]
+    for q in range(1, len(partials) // n):
+        s += partials[q * n + j]
+    return s
+
+
 def _reduce_partials(worker_id, partials, out):
     n = len(out)
-    if n == 0:
-        return
-    lo = worker_id * n // 6
-    hi = (worker_id + 1) * n // 6
-    o = out[lo:hi]
-    first = partials[lo:hi]
-    for j in range(hi - lo):
-        o[j] = first[j]
-    for q in range(1, len(partials) // n):      # partial by partial: contiguous, vectorised
-        part = partials[q * n + lo:q * n + hi]
-        for j in range(hi - lo):
-            o[j] += part[j]
+    for j in range(worker_id * n // 6, (worker_id + 1) * n // 6):
+        out[j] = _partial_sum(partials, j, n)       # rounded once, to out's type
 
 
 class ReducePartials(MultiVertex):
@@ -152,26 +172,10 @@ class ReducePartials(MultiVertex):
         return int(reduce_worker_cycles(out, partials // out if out else 0))
 
 
-@njit(cache=True)
-def _partial_sum(partials, j, n):
-    """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32."""
-    s = partials[j]
-    for q in range(1, len(partials) // n):
-        s += partials[q * n + j]
-    return s
-
-
-def _reduce_partials_cast(worker_id, partials, out):
-    n = len(out)
-    for j in range(worker_id * n // 6, (worker_id + 1) * n // 6):
-        out[j] = _partial_sum(partials, j, n)       # rounded once, to out's type
-
-
 class ReducePartialsHalf(ReducePartials):
     """ReducePartials with a HALF output: summed in float32, rounded once."""
 
     out = Output(Vector[HALF])
-    compute = staticmethod(_reduce_partials_cast)
 
 
 def _reduce_partials_acc(worker_id, alpha, partials, out):
