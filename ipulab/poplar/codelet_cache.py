@@ -22,7 +22,8 @@ from .rewrite import half_fields, rewritten_tree
 
 # compiled into every driver (HALF rounding, literal helpers): a change must invalidate it
 _OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
-                        for rel in ("rewrite.py", "regions.py", "../machine/kernels.py"))
+                        for rel in ("rewrite.py", "regions.py", "../machine/kernels.py",
+                                    "../machine/simd.py"))
 
 
 def cache_dir() -> Path:

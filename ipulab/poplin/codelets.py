@@ -116,11 +116,15 @@ def _matmul_block(worker_id, dims, a, b, c):
         else:
             rows_product(a, b, c, k, n, r0, r1, 0, n)
         return
-    parts = 6 // m if m > 0 else 1       # a short block: each row's columns split over workers
-    if worker_id < m * parts:
-        i = worker_id // parts
-        rows_product(a, b, c, k, n, i, i + 1, (worker_id % parts) * n // parts,
-                     (worker_id % parts + 1) * n // parts)
+    # a short block: each row's columns split over parts = 6 // m workers, dealt row by row
+    # (worker_id // parts and % parts by subtraction: a division costs more than the work)
+    parts = 6 if m == 1 else 3 if m == 2 else 2 if m == 3 else 1
+    i, part = 0, worker_id
+    while part >= parts:
+        part -= parts
+        i += 1
+    if i < m:
+        rows_product(a, b, c, k, n, i, i + 1, part * n // parts, (part + 1) * n // parts)
 
 
 class MatMulBlock(MultiVertex):
@@ -147,10 +151,13 @@ class MatMulBlock(MultiVertex):
 
 @njit(cache=True, inline="always")
 def _partial_sum(partials, j, n):
-    """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32."""
+    """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32
+    (partials holds whole groups of n)."""
     s = partials[j]
-    for q in range(1, len(partials) // n):
-        s += partials[q * n + j]
+    p = j + n
+    while p < len(partials):        # stepping, not len // n: no division per output
+        s += partials[p]
+        p += n
     return s
 
 

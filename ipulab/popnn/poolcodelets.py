@@ -51,7 +51,7 @@ def _grad_cycles(geometry, grad, out):
     return ENTRY_CYCLES + zero + sum(REGION_CYCLES + n * (taps_of(geometry) + 2) for n in grad)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def tap(geometry, oy, ox, t):
     """(iy, ix, inside): the input position of tap t of window (oy, ox), and whether it is
     inside the input (padding is never read)."""
@@ -60,7 +60,7 @@ def tap(geometry, oy, ox, t):
     return iy, ix, iy >= 0 and iy < geometry[0] and ix >= 0 and ix < geometry[1]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def divisor(geometry, oy, ox):
     """Average pooling's divisor for window (oy, ox): the kernel area, or the taps inside."""
     taps = (len(geometry) - HEADER) // 2
@@ -79,10 +79,11 @@ def _pool(geometry, runs, inp, out):
     for j in range(len(out)):
         x = inp[j]
         o = out[j]
-        for q in range(len(o) // Wo):
-            r = runs[2 * j] + q                        # global pooled row
-            oy = r % Ho
-            base = (r // Ho) * H - runs[2 * j + 1]    # row of x (in this region) of iy = 0
+        r = runs[2 * j]                                 # global pooled row of o's first row
+        oy = r % Ho
+        base = (r // Ho) * H - runs[2 * j + 1]          # row of x (in this region) of iy = 0
+        q = 0
+        while Wo > 0 and q + Wo <= len(o):              # row by row (no division per row)
             for ox in range(Wo):
                 acc = np.float32(0.0)
                 found = False
@@ -95,7 +96,12 @@ def _pool(geometry, runs, inp, out):
                         elif not found or (acc == acc and (v > acc or v != v)):
                             acc = v                   # the first max; nan wins
                         found = True
-                o[q * Wo + ox] = acc if is_max else acc / divisor(geometry, oy, ox)
+                o[q + ox] = acc if is_max else acc / divisor(geometry, oy, ox)
+            q += Wo
+            oy += 1
+            if oy == Ho:                                # the next plane
+                oy = 0
+                base += H
 
 
 def _max_pool_grad(geometry, runs, x, pooled, grad, out):
@@ -103,42 +109,55 @@ def _max_pool_grad(geometry, runs, x, pooled, grad, out):
     taps = (len(geometry) - 9) // 2
     for j in range(len(out)):
         o, xj, pj, gj = out[j], x[j], pooled[j], grad[j]     # each region's view, once
-        rows = len(o) // W
         for k in range(len(o)):
             o[k] = 0.0
-        for q in range(len(gj) // Wo):
-            r = runs[3 * j + 1] + q                    # global pooled row of grad[j], pooled[j]
-            oy = r % Ho
-            own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
-            seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
+        r = runs[3 * j + 1]                        # global pooled row of grad[j], pooled[j]
+        oy = r % Ho
+        own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
+        seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
+        q = 0
+        while Wo > 0 and q + Wo <= len(gj):        # row by row (no division per row)
             for ox in range(Wo):
-                p = pj[q * Wo + ox]
+                p = pj[q + ox]
                 for t in range(taps):
                     iy, ix, inside = tap(geometry, oy, ox, t)
                     if inside:
                         v = xj[(seen + iy) * W + ix]
                         if v == p or (p != p and v != v):     # the first tap with the max
-                            if own + iy >= 0 and own + iy < rows:
-                                o[(own + iy) * W + ix] += gj[q * Wo + ox]
+                            if own + iy >= 0 and (own + iy) * W < len(o):
+                                o[(own + iy) * W + ix] += gj[q + ox]
                             break
+            q += Wo
+            oy += 1
+            if oy == Ho:
+                oy = 0
+                own += H
+                seen += H
 
 
 def _avg_pool_grad(geometry, runs, grad, out):
-    W, Ho, Wo = geometry[1], geometry[2], geometry[3]
+    H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
     taps = (len(geometry) - 9) // 2
     for j in range(len(out)):
         o, gj = out[j], grad[j]
         for k in range(len(o)):
             o[k] = 0.0
-        for q in range(len(gj) // Wo):
-            r = runs[2 * j + 1] + q
-            own = (r // Ho) * geometry[0] - runs[2 * j]
+        r = runs[2 * j + 1]
+        oy = r % Ho
+        own = (r // Ho) * H - runs[2 * j]
+        q = 0
+        while Wo > 0 and q + Wo <= len(gj):
             for ox in range(Wo):
-                share = gj[q * Wo + ox] / divisor(geometry, r % Ho, ox)
+                share = gj[q + ox] / divisor(geometry, oy, ox)
                 for t in range(taps):
-                    iy, ix, inside = tap(geometry, r % Ho, ox, t)
+                    iy, ix, inside = tap(geometry, oy, ox, t)
                     if inside and own + iy >= 0 and (own + iy) * W < len(o):
                         o[(own + iy) * W + ix] += share
+            q += Wo
+            oy += 1
+            if oy == Ho:
+                oy = 0
+                own += H
 
 
 class MaxPool(Vertex):
