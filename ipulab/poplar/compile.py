@@ -72,8 +72,9 @@ class Compiler:
         self.V = {k: a.size for k, a in state.arenas.items()}
         self.out.replica_stride = dict(self.V)
         self.sizes = {k: self.r * a.size for k, a in state.arenas.items()}
-        # per arena: region starts and their replica strides (variables, then each buffer)
-        self._regions = {k: ([0], [a.size]) for k, a in state.arenas.items()}
+        # per arena: region starts and their replica strides (the variables, then each buffer
+        # of the compute set being compiled), and where its next buffer goes
+        self._new_scratch()
         self.tile_of = {k: a.tile_of[:a.size].copy() for k, a in state.arenas.items()}
         self.dummy = {k: np.zeros(1, a.dtype) for k, a in state.arenas.items()}
         self.dummy_ro = {}
@@ -94,10 +95,20 @@ class Compiler:
         self.touches: dict[int, tuple] = {}   # step index -> (variables read, written)
 
     # --- helpers ----------------------------------------------------------------------------
+    def _new_scratch(self) -> None:
+        """Start a compute set's exchange buffers where every compute set's start: right after
+        the variables. Buffers live only during their step, so on the host they share one
+        scratch space, as on the tiles (self.buffers): the arena stays the size of the
+        variables and the largest buffer set, small enough for the host's caches."""
+        self._scratch = {k: self.r * v for k, v in self.V.items()}
+        self._regions = {k: ([0], [v]) for k, v in self.V.items()}
+
     def _buffer(self, key: str, n: int) -> int:
-        """Replica 0's address of a new n-element buffer (allocated once per replica)."""
-        start = self.sizes[key]
-        self.sizes[key] += self.r * n
+        """Replica 0's address of a new n-element buffer (allocated once per replica) in the
+        current compute set's scratch space."""
+        start = self._scratch[key]
+        self._scratch[key] += self.r * n
+        self.sizes[key] = max(self.sizes[key], self._scratch[key])
         if self.r > 1:
             self._regions[key][0].append(start)
             self._regions[key][1].append(n)
@@ -229,6 +240,7 @@ class Compiler:
         s_offset = np.zeros(n_slots, np.int64)
 
         step = bsp.Step("execute", cs.name, self.T)
+        self._new_scratch()
         pre, post, half_out, touched = [], [], {}, []
         cs_buffers = np.zeros(self.T, np.int64)
         for type_name in sorted(set(s_type.tolist())):
