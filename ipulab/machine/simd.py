@@ -8,11 +8,13 @@ SLP vectoriser off, so short fixed-width loops stay scalar). In njit code only:
 Every lane is rounded as scalar code rounds it (a float32 multiply, then a float32 add: no
 fused multiply-add, no reassociation), so a loop over lanes gives the same bits as the scalar
 loop it replaces. Loads and stores are not bounds checked: callers keep i + 8 <= len(array).
+u(i) makes an index unsigned (see its docstring).
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic, models, register_model
 
 LANES = 8
@@ -83,3 +85,11 @@ def f32x8_axpy(typingctx, acc, x, v):
                                                        [0] * LANES))
             return builder.fadd(args[0], builder.fmul(splat, args[2]))
         return f32x8(acc, x, v), codegen
+
+
+@njit(inline="always")
+def u(i):
+    """i as an unsigned index (0 <= i): numba indexes with it without first checking for a
+    negative value (and wrapping it around), a check that can cost as much as the work in a
+    short inner loop."""
+    return np.uint64(i)

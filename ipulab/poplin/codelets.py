@@ -30,7 +30,7 @@ from math import isqrt
 import numpy as np
 from numba import njit
 
-from ..machine.simd import LANES, f32x8_axpy, f32x8_load, f32x8_store, f32x8_zero
+from ..machine.simd import LANES, f32x8_axpy, f32x8_load, f32x8_store, f32x8_zero, u
 from ..poplar import FLOAT, HALF, INT, Input, InOut, MultiVertex, Output, Vector
 from ..poplar.types import as_type
 
@@ -84,7 +84,9 @@ def rows_product(a, b, c, k, n, r0, r1, j0, j1):
 
     Eight columns at a time in SIMD lanes, with the same roundings as one column at a time;
     past the last full eight, one more eight ending at j1 (recomputing a few columns, to the
-    same bits) rather than a column at a time. Rows narrower than eight go column by column."""
+    same bits) rather than a column at a time. Rows narrower than eight go column by column.
+    Indices are unsigned (u): numba checks every signed index for a negative value, which
+    here costs as much as the arithmetic."""
     for i in range(r0, r1):
         if j1 - j0 >= LANES:
             j = j0
@@ -92,15 +94,15 @@ def rows_product(a, b, c, k, n, r0, r1, j0, j1):
                 j = min(j, j1 - LANES)
                 acc = f32x8_zero()
                 for kk in range(k):
-                    acc = f32x8_axpy(acc, a[i * k + kk], f32x8_load(b, kk * n + j))
+                    acc = f32x8_axpy(acc, a[u(i * k + kk)], f32x8_load(b, kk * n + j))
                 f32x8_store(c, i * n + j, acc)
                 j += LANES
         else:
             for j in range(j0, j1):
                 s = np.float32(0.0)
                 for kk in range(k):
-                    s += a[i * k + kk] * b[kk * n + j]
-                c[i * n + j] = s
+                    s += a[u(i * k + kk)] * b[u(kk * n + j)]
+                c[u(i * n + j)] = s
 
 
 def _matmul_block(worker_id, dims, a, b, c):
@@ -153,10 +155,10 @@ class MatMulBlock(MultiVertex):
 def _partial_sum(partials, j, n):
     """partials[j] + partials[n + j] + partials[2n + j] + ..., in that order, in float32
     (partials holds whole groups of n)."""
-    s = partials[j]
+    s = partials[u(j)]
     p = j + n
     while p < len(partials):        # stepping, not len // n: no division per output
-        s += partials[p]
+        s += partials[u(p)]
         p += n
     return s
 
