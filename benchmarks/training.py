@@ -3,7 +3,8 @@
 (a) one training step of nn.default_cnn() on a full Bow-2000, 4 replicas x 16 images, against
     the numpy reference of the same math (tests/nn_reference.py in float32: forward, backward
     and SGD with momentum for the same 64 images), measured side by side in one run;
-(b) one epoch of digits (1,437 training images: 22 steps of 64) through Trainer.fit;
+(b) one epoch of digits (1,437 training images: 22 steps of 64): building the Trainer (graph
+    and compile) and Trainer.fit;
 (c) how the cost grows from 1 IPU to a Bow-2000 (4) and a Pod16 (16), one replica of 16 images
     per IPU: simulated cycles and images/s, IPU-Link bytes per step, host wall time per step.
 
@@ -94,9 +95,11 @@ def main(tiles_per_ipu: int | None = None, samples: int | None = None,
     targets = [
         ("training step, default CNN, Bow-2000, 4 replicas x 16", f"{bow['t_step'] * 1e3:.1f} ms",
          f"{ratio:.2f}x numpy float32 @ {t_ref * 1e3:.1f} ms", "<= 3x numpy", ratio <= 3),
-        (f"one epoch of digits ({bow['steps']} steps of {bow['global_batch']}), fit()",
-         f"{bow['t_fit']:.1f} s", "", "< 60 s", bow["t_fit"] < 60),
-        ("  its Trainer build (graph + compile)", f"{bow['t_build']:.1f} s", "", "", True),
+        (f"one epoch of digits ({bow['steps']} steps of {bow['global_batch']}): Trainer + fit()",
+         f"{bow['t_build'] + bow['t_fit']:.1f} s", "", "< 60 s",
+         bow["t_build"] + bow["t_fit"] < 60),
+        ("  of which fit()", f"{bow['t_fit']:.2f} s", "", "", True),
+        ("  of which the Trainer (graph and compile)", f"{bow['t_build']:.1f} s", "", "", True),
     ]
     table = [("system", "replicas x batch", "cycles/step", "simulated images/s",
               "IPU-Link bytes/step", "wall ms/step", "build s")]
