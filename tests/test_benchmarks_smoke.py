@@ -34,6 +34,6 @@ def test_training_benchmark_runs_and_checks_the_first_loss():
     targets, table = training.main(tiles_per_ipu=8, samples=256, repeat=2)
     assert len(targets) == 4 and targets[1][0].startswith("one epoch of digits (4 steps of 64)")
     header, *rows = table
-    assert len(header) == 7 and [r[0] for r in rows] == list(training.SYSTEMS)
+    assert len(header) == 8 and [r[0] for r in rows] == list(training.SYSTEMS)
     assert [r[1] for r in rows] == ["1 x 16", "4 x 16", "16 x 16"]
     assert rows[0][4] == "0" and rows[1][4] != "0"     # IPU-Link bytes only with many IPUs
