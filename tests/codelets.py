@@ -14,3 +14,8 @@ class Dot(poplar.Vertex):
         for i in range(len(a)):
             s += a[i] * b[i]
         out[0] = s
+
+
+class DotFast(Dot):
+    """Dot with fast-math: LLVM may sum in SIMD lanes."""
+    fastmath = True

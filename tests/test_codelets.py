@@ -2,7 +2,7 @@
 the three codelet modes (compiled, checked, python) agreeing bit for bit."""
 import numpy as np
 import pytest
-from codelets import Dot, SumVertex
+from codelets import Dot, DotFast, SumVertex
 from helpers import MODES, bits, run_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import ipulab
 from ipulab import poplar, poputil
 from ipulab.errors import CodeletError
-from ipulab.poplar import program as prog
+from ipulab.poplar import codelet, program as prog
 
 
 class Product(poplar.Vertex):
@@ -485,6 +485,15 @@ def test_modes_agree_bit_for_bit(data, n):
     s_got, f_got = results["compiled"]
     assert bits(s_got).tolist() == bits(np.array([s, p], np.float32)).tolist()
     np.testing.assert_array_equal(bits(f_got), bits(fma.astype(np.float32)))
+
+
+def test_fastmath_survives_inlining_into_the_driver():
+    """A library codelet's compute is inlined into its batch driver, so the driver must be
+    compiled with the codelet's fast-math flag, or the inlined loop loses it."""
+    for cls in (Dot, DotFast):
+        kinds = tuple(f.kind for f in cls.fields)
+        driver = codelet._driver_for(cls, "compiled", kinds, 6)
+        assert driver.targetoptions.get("fastmath", False) == cls.fastmath
 
 
 def test_determinism_across_engines_and_runs(dev16):
