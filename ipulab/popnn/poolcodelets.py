@@ -83,7 +83,7 @@ def _pool(geometry, runs, inp, out):
         oy = r % Ho
         base = (r // Ho) * H - runs[2 * j + 1]          # row of x (in this region) of iy = 0
         q = 0
-        while Wo > 0 and q + Wo <= len(o):              # row by row (no division per row)
+        while q + Wo <= len(o):                         # row by row (no division per row)
             for ox in range(Wo):
                 acc = np.float32(0.0)
                 found = False
@@ -116,7 +116,7 @@ def _max_pool_grad(geometry, runs, x, pooled, grad, out):
         own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
         seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
         q = 0
-        while Wo > 0 and q + Wo <= len(gj):        # row by row (no division per row)
+        while q + Wo <= len(gj):                   # row by row (no division per row)
             for ox in range(Wo):
                 p = pj[q + ox]
                 for t in range(taps):
@@ -146,7 +146,7 @@ def _avg_pool_grad(geometry, runs, grad, out):
         oy = r % Ho
         own = (r // Ho) * H - runs[2 * j]
         q = 0
-        while Wo > 0 and q + Wo <= len(gj):
+        while q + Wo <= len(gj):
             for ox in range(Wo):
                 share = gj[q + ox] / divisor(geometry, oy, ox)
                 for t in range(taps):
