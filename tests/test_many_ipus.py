@@ -207,3 +207,32 @@ def test_viz_draws_a_replicated_multi_ipu_profile():
         assert fig(prof) is not None
     assert "4 replicas" in prof.summary()
     assert prof.to_dict()["replication_factor"] == 4
+
+
+@pytest.mark.parametrize("spread", [False, True])
+def test_a_tile_sends_to_another_ipu_no_faster_than_its_exchange_port(spread):
+    """64 KiB from IPU 0 to IPU 1 of a Bow-2000: spread over 16 tiles the links set the pace
+    (target.link_cycles); all on one tile, that tile's 4-byte-per-cycle port does."""
+    dev = ipulab.devices.bow2000(tiles_per_ipu=16)
+    t = dev.target
+    g = poplar.Graph(dev)
+    n = 16384
+    a, b = g.add_variable(poplar.FLOAT, [n], "a"), g.add_variable(poplar.FLOAT, [n], "b")
+    if spread:
+        poputil.map_tensor_linearly(g.create_virtual_graph(0, 16), a)
+        poputil.map_tensor_linearly(g.create_virtual_graph(16, 32), b)
+    else:
+        g.set_tile_mapping(a, 0)
+        g.set_tile_mapping(b, 16)
+    g.create_host_write("a", a)
+    g.create_host_read("b", b)
+    e = poplar.Engine(g, prog.Copy(a, b))
+    e.load(dev)
+    e.write_tensor("a", np.arange(n, dtype=np.float32))
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("b"), np.arange(n))
+    cycles = e.profile().phase_totals()["inter_ipu_exchange"]
+    link = t.link_cycles(4 * n, 0, 1)
+    port = -(-4 * n // t.exchange_bytes_per_cycle) + t.cost.exchange_setup_cycles
+    assert port > link
+    assert cycles == (link if spread else port)

@@ -36,7 +36,8 @@ def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np
     so a source run (src_start, bytes) counts once in its tile's bytes out however many tiles
     receive it. Returns a dict of per-tile arrays:
       exchange            on-chip: ceil(max(bytes in, bytes out) / bytes per cycle) + setup
-      inter_ipu_exchange  over IPU-Links: each tile waits for the slowest IPU pair it uses
+      inter_ipu_exchange  over IPU-Links: each tile waits for the slowest IPU pair it uses,
+                          and at least for its own exchange port to send (receive) its bytes
       on_tile_copy        moves within a tile, done by copy code at the SRAM write width
     """
     T = target.num_tiles
@@ -69,6 +70,13 @@ def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np
         run_cycles = pair_cycles[pair]
         np.maximum.at(inter, src_tile[cross], run_cycles)
         np.maximum.at(inter, dst_tile[cross], run_cycles)
+        # a tile's bytes to or from other IPUs still pass its own port, 4 bytes per cycle:
+        # a big tensor on one tile cannot use a link's whole bandwidth
+        port = np.maximum(
+            np.bincount(src_tile[cross], weights=nbytes[cross], minlength=T),
+            np.bincount(dst_tile[cross], weights=nbytes[cross], minlength=T)).astype(np.int64)
+        inter = np.maximum(inter, _ceil_div(port, target.exchange_bytes_per_cycle)
+                           + np.where(port > 0, target.cost.exchange_setup_cycles, 0))
 
     copy = _ceil_div(on_tile, target.cost.on_tile_copy_bytes_per_cycle)
     return {"exchange": exchange, "inter_ipu_exchange": inter, "on_tile_copy": copy}
