@@ -332,7 +332,7 @@ class MyDotPricey(poplar.Vertex):
 
 
 def _split(g, A, x, y, s, race=False, reverse=False):
-    tiles, (rows, cols_total) = g.target.num_tiles, A.shape
+    tiles, rows = g.target.num_tiles, A.shape[0]
     group, cols = tiles // s, np.arange(s + 1) * A.shape[1] // s
     partials = g.add_variable(poplar.FLOAT, [s, rows], "partials")
     dots, sums = g.add_compute_set("dots"), g.add_compute_set("sums")

@@ -8,7 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import ipulab
 from ipulab import poplar, popops, poputil
 from ipulab.errors import GraphError
 from ipulab.poplar import program as prog
