@@ -14,7 +14,7 @@ source to destination, predicates are read). A variable is **not always live** w
 
 It then needs memory only over [first touch, last touch] in each root program that uses it
 (the programs never run at the same time), and variables whose intervals never overlap share
-addresses (assign_slots). Control flow keeps the intervals safe:
+addresses (assign_offsets). Control flow keeps the intervals safe:
 
 - loops: a variable whose first touch in the body is a read is loop-carried: it needs memory
   over the whole loop (and is always live if nothing writes it before the loop); a variable the
@@ -308,7 +308,7 @@ def tile_blocks(tiles: list, num_tiles: int, max_blocks: int = 64) -> np.ndarray
 
 class Liveness:
     """What the memory views need of a compile's liveness: the program order, the not-always-live
-    variables (their intervals, slots and per-tile bytes), and the bytes live at a position."""
+    variables (their intervals and per-tile bytes), and the bytes live at a position."""
 
     def __init__(self, order: ProgramOrder, variables: np.ndarray, start, end,
                  tiles, nbytes, owners, num_tiles: int):
