@@ -221,3 +221,23 @@ def test_recompute_lowers_a_pipelines_peak_memory(digits, bow2000):
         "not_always_live"].max()
     assert again.memory_total.max() < 0.9 * keep.memory_total.max()
     assert again.total_cycles > keep.total_cycles
+
+
+def test_a_number_of_stages_is_cut_by_work(digits, bow2000):
+    """pipeline=4 balances the stages' multiply-adds and never separates a layer from the ReLU
+    folded into it: the two convolutions (most of the work) land on different IPUs."""
+    from ipulab.nn.pipeline import balanced_cuts
+
+    model = nn.default_cnn()
+    cuts = balanced_cuts(model, (1, 8, 8), 4)
+    assert len(cuts) == 3 and 1 not in cuts and 4 not in cuts     # ReLUs stay folded
+    assert any(0 < c <= 3 for c in cuts)                          # conv 0 | conv 3
+    tr = nn.Trainer(model, bow2000, batch_size=16, lr=0.1, pipeline=4)
+    assert tr.num_stages == 4 and tr.micro_batches == 4
+    w0 = tr.get_weights()
+    h = tr.fit(digits[0][:32], digits[1][:32], shuffle=False)
+    assert tr.pipeline == cuts                                    # chosen when built
+    losses, _, _ = reference(model, w0, digits[0][:32], digits[1][:32], 2, 16, 0.1, 0.0)
+    np.testing.assert_allclose(h["loss"], losses, rtol=1e-5, atol=0)
+    with pytest.raises(ipulab.errors.GraphError, match="pipeline=5 stages needs 5 IPUs"):
+        nn.Trainer(nn.default_cnn(), bow2000, pipeline=5)

@@ -2,7 +2,8 @@
 
     Trainer(model, devices.bow2000(), pipeline=[3, 6], micro_batches=4)
 
-puts layers 0-2 on IPU 0, layers 3-5 on IPU 1 and the rest on IPU 2. A batch is cut into
+puts layers 0-2 on IPU 0, layers 3-5 on IPU 1 and the rest on IPU 2 (pipeline=3 chooses the
+boundaries itself, balancing the stages' work: balanced_cuts). A batch is cut into
 micro-batches; in the forward phase, time slot t runs stage s on micro-batch t - s, all stages
 at once (parallel(): their compute sets share supersteps), and the activations move to the
 next IPU over the IPU-Links between slots. The backward phase runs the same schedule in
@@ -16,6 +17,8 @@ forward again just before its backward).
 from __future__ import annotations
 
 from typing import NamedTuple
+
+import numpy as np
 
 from .. import popnn, popops, poputil
 from ..errors import GraphError
@@ -53,6 +56,45 @@ def stage_spans(pipeline, num_layers: int, ipus: int) -> list[tuple[int, int]]:
                          f"IPUs per replica, but each replica has {ipus}")
     edges = [0, *cuts, num_layers]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
+    """Boundaries that cut the model into `stages` contiguous stages of about equal work (the
+    largest stage as small as possible), never between a Conv2d or Linear and the ReLU folded
+    into it. Work per layer: multiply-adds for Conv2d and Linear (kernel or input size times
+    outputs), output elements for the rest."""
+    shapes = model.shapes(sample_shape)
+    work = []
+    for layer, out in zip(model.layers, shapes[1:]):
+        n = int(np.prod(out))
+        macs = {"Conv2d": lambda: n * layer.in_channels * int(np.prod(layer.kernel_size)),
+                "Linear": lambda: n * layer.in_features}.get(type(layer).__name__, lambda: n)
+        work.append(macs())
+    L = len(work)
+    allowed = [i for i in range(1, L) if not (model.layers[i - 1].fuses_relu and
+                                              type(model.layers[i]).__name__ == "ReLU")]
+    if stages - 1 > len(allowed):
+        raise GraphError(f"Trainer: pipeline={stages} stages, but this model of {L} layers can "
+                         f"be cut in only {len(allowed) + 1} stages")
+    prefix = np.concatenate([[0], np.cumsum(work)])
+    edges = [0, *allowed, L]
+    # best[k][j]: the smallest possible largest stage when edges[:j+1] hold k+1 stages
+    inf = float("inf")
+    best = [[inf] * len(edges) for _ in range(stages)]
+    back = [[0] * len(edges) for _ in range(stages)]
+    for j in range(1, len(edges)):
+        best[0][j] = prefix[edges[j]]
+    for k in range(1, stages):
+        for j in range(k + 1, len(edges)):
+            for i in range(k, j):
+                cost = max(best[k - 1][i], prefix[edges[j]] - prefix[edges[i]])
+                if cost < best[k][j]:
+                    best[k][j], back[k][j] = cost, i
+    cuts, j = [], len(edges) - 1
+    for k in range(stages - 1, 0, -1):
+        j = back[k][j]
+        cuts.append(edges[j])
+    return sorted(cuts)
 
 
 def make_stages(graph, spans) -> list[Stage]:
@@ -173,5 +215,5 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
     return StepResult(loss.reshape([1]), correct.reshape([1]), accumulators)
 
 
-__all__ = ["Stage", "StepResult", "stage_spans", "make_stages", "stage_of", "pipelined_step",
+__all__ = ["Stage", "StepResult", "stage_spans", "balanced_cuts", "make_stages", "stage_of", "pipelined_step",
            "pipelined_forward"]

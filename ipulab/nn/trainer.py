@@ -34,8 +34,8 @@ from .build import all_reduce_gradients, argmax, build_backward, build_forward, 
     uses_dropout
 from .model import Sequential, check_weights
 from .optim import SGD
-from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
-    stage_spans
+from .pipeline import StepResult, balanced_cuts, make_stages, pipelined_forward, pipelined_step, \
+    stage_of, stage_spans
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
 # A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias"
@@ -74,6 +74,12 @@ class Trainer:
     goes to float32 master weights, and the loss gradient is multiplied by loss_scaling
     (default 128 in fp16, 1 in fp32) so small gradients survive in half precision, and
     divided back out in the update.
+    pipeline: the layer indices where pipeline stages begin (e.g. [3, 6]: three stages), or a
+    number of stages to balance by work; stage s runs on IPU s of each replica, and each step
+    goes through as micro_batches micro-batches (default: one per stage) in a GPipe schedule
+    (see nn.pipeline).
+    recompute: keep only block inputs (a pipeline stage's input per micro-batch) for the
+    backward pass and run the block's forward again just before its backward.
     seed: the initial weights when the model has none yet (PyTorch's default initialisation)
     and the Dropout masks.
     input_shape: one sample's shape, e.g. (1, 8, 8), to build and compile now rather than at
@@ -126,13 +132,29 @@ class Trainer:
             if micro_batches is not None:
                 raise GraphError("Trainer: micro_batches= goes with pipeline=[...]")
             return None, 1
-        spans = stage_spans(pipeline, len(self.model),
-                            max(1, self.device.target.num_ipus // self.replicas))
-        m = len(spans) if micro_batches is None else _int(micro_batches, "micro_batches")
+        ipus = max(1, self.device.target.num_ipus // self.replicas)
+        if isinstance(pipeline, (int, np.integer)) and not isinstance(pipeline, bool):
+            stages = _int(pipeline, "pipeline (a number of stages)")
+            if stages > min(ipus, len(self.model)):
+                raise GraphError(f"Trainer: pipeline={stages} stages needs {stages} IPUs per "
+                                 f"replica (each replica has {ipus}) and as many layers (the "
+                                 f"model has {len(self.model)})")
+            pipeline = stages             # the boundaries are chosen once shapes are known
+        else:
+            stages = len(stage_spans(pipeline, len(self.model), ipus))
+            pipeline = [int(c) for c in pipeline]
+        m = stages if micro_batches is None else _int(micro_batches, "micro_batches")
         if self.batch_size % m:
             raise GraphError(f"Trainer: batch_size {self.batch_size} does not split into "
                              f"{m} micro-batches")
-        return [lo for lo, _ in spans[1:]], m
+        return pipeline, m
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages (IPUs per replica the model is cut over): 1 without a pipeline."""
+        if self.pipeline is None:
+            return 1
+        return self.pipeline if isinstance(self.pipeline, int) else len(self.pipeline) + 1
 
     # --- properties ---------------------------------------------------------------------------
     @property
@@ -164,6 +186,8 @@ class Trainer:
         classes = shapes[-1][0]
         g = Graph(self.device.target, replication_factor=self.replicas)   # one replica's graph
         stages = None
+        if isinstance(self.pipeline, int):
+            self.pipeline = balanced_cuts(model, sample_shape, self.pipeline)
         if self.pipeline is not None:
             stages = make_stages(g, stage_spans(self.pipeline, len(model), g.target.num_ipus))
         home = (lambda layer: stage_of(stages, layer).graph) if stages else (lambda layer: g)

@@ -58,8 +58,7 @@ class ConfigControls(W.HBox):
         now = Config.of(trainer)
         self._sizes = sorted({now.batch_size, *BATCH_SIZES})
         self._micro = trainer.micro_batches
-        stages = 1 if trainer.pipeline is None else len(trainer.pipeline) + 1
-        replicas = [r for r in replica_choices(trainer.device.target, stages)
+        replicas = [r for r in replica_choices(trainer.device.target, trainer.num_stages)
                     if r * self._sizes[0] <= samples]
         buttons = {"button_width": "56px"}
         self.replicas = W.ToggleButtons(options=sorted({now.replicas, *replicas}),
