@@ -32,15 +32,15 @@ from ..poplar import concat
 from ..poplin.conv import _patches      # conv2d's im2col view, to fold the bias in
 
 
-def _pair(v, what: str, layer: str) -> tuple[int, int]:
-    try:
-        pair = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
-    except TypeError:
-        pair = ()
-    if len(pair) != 2 or not all(isinstance(p, (int, np.integer)) and not isinstance(p, bool)
-                                 for p in pair):
-        raise GraphError(f"{layer}: {what} must be an int or a pair of ints, not {v!r}")
-    return int(pair[0]), int(pair[1])
+def _window_output(layer, shape) -> tuple[int, int]:
+    """(ho, wo) of a Conv2d or pooling layer on one (c, h, w) sample; GraphError if the kernel
+    does not fit."""
+    (kh, kw), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
+    ho = poputil.window_output(shape[1], kh, sh, ph)
+    wo = poputil.window_output(shape[2], kw, sw, pw)
+    if ho < 1 or wo < 1:
+        raise GraphError(f"{layer!r}: the kernel does not fit a {shape[1]}x{shape[2]} input")
+    return ho, wo
 
 
 def _positive(v, what: str, layer: str) -> int:
@@ -118,9 +118,9 @@ class Conv2d(Layer):
         what = "Conv2d"
         self.in_channels = _positive(in_channels, "in_channels", what)
         self.out_channels = _positive(out_channels, "out_channels", what)
-        self.kernel_size = _pair(kernel_size, "kernel_size", what)
-        self.stride = _pair(stride, "stride", what)
-        self.padding = _pair(padding, "padding", what)
+        self.kernel_size = poputil.pair(kernel_size, "kernel_size", what)
+        self.stride = poputil.pair(stride, "stride", what)
+        self.padding = poputil.pair(padding, "padding", what)
         if min(self.kernel_size + self.stride) < 1 or min(self.padding) < 0:
             raise GraphError(f"Conv2d: kernel_size and stride must be >= 1 and padding >= 0, "
                              f"not {kernel_size!r}, {stride!r}, {padding!r}")
@@ -145,11 +145,7 @@ class Conv2d(Layer):
         if len(shape) != 3 or shape[0] != self.in_channels:
             raise GraphError(f"{self!r} takes samples of shape (channels={self.in_channels}, "
                              f"height, width), not {tuple(shape)}")
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
-        ho, wo = (shape[1] + 2 * ph - kh) // sh + 1, (shape[2] + 2 * pw - kw) // sw + 1
-        if ho < 1 or wo < 1:
-            raise GraphError(f"{self!r}: the kernel does not fit a {shape[1]}x{shape[2]} input")
-        return (self.out_channels, ho, wo)
+        return (self.out_channels, *_window_output(self, shape))
 
     @property
     def fuses_relu(self) -> bool:
@@ -276,9 +272,9 @@ class _Pool2d(Layer):
 
     def __init__(self, kernel_size, stride=None, padding=0):
         what = type(self).__name__
-        self.kernel_size = _pair(kernel_size, "kernel_size", what)
-        self.stride = self.kernel_size if stride is None else _pair(stride, "stride", what)
-        self.padding = _pair(padding, "padding", what)
+        self.kernel_size = poputil.pair(kernel_size, "kernel_size", what)
+        self.stride = self.kernel_size if stride is None else poputil.pair(stride, "stride", what)
+        self.padding = poputil.pair(padding, "padding", what)
         if min(self.kernel_size + self.stride) < 1 or min(self.padding) < 0 or \
                 2 * self.padding[0] > self.kernel_size[0] or \
                 2 * self.padding[1] > self.kernel_size[1]:
@@ -289,11 +285,7 @@ class _Pool2d(Layer):
         if len(shape) != 3:
             raise GraphError(f"{self!r} takes samples of shape (channels, height, width), not "
                              f"{tuple(shape)}")
-        (kh, kw), (sh, sw), (ph, pw) = self.kernel_size, self.stride, self.padding
-        ho, wo = (shape[1] + 2 * ph - kh) // sh + 1, (shape[2] + 2 * pw - kw) // sw + 1
-        if ho < 1 or wo < 1:
-            raise GraphError(f"{self!r}: the kernel does not fit a {shape[1]}x{shape[2]} input")
-        return (shape[0], ho, wo)
+        return (shape[0], *_window_output(self, shape))
 
     def forward(self, b, x):
         y = popnn.pooling.pool(b.graph, self.kind, x, self.kernel_size, self.stride,

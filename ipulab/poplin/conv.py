@@ -23,10 +23,7 @@ from .plan import plan_mat_mul
 
 
 def _pair(v, what: str) -> tuple[int, int]:
-    pair = (v, v) if isinstance(v, int) else tuple(v)
-    if len(pair) != 2 or not all(isinstance(p, int) for p in pair):
-        raise GraphError(f"conv2d: {what} must be an int or a pair of ints, not {v!r}")
-    return pair
+    return poputil.pair(v, what, "conv2d")
 
 
 def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0) -> tuple[int, int, int, int]:
@@ -43,7 +40,7 @@ def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0) -> tuple[int, int
     if sh < 1 or sw < 1 or ph < 0 or pw < 0:
         raise GraphError(f"conv2d: stride must be >= 1 and padding >= 0, got stride "
                          f"{stride!r}, padding {padding!r}")
-    ho, wo = (h + 2 * ph - kh) // sh + 1, (w_ + 2 * pw - kw) // sw + 1
+    ho, wo = poputil.window_output(h, kh, sh, ph), poputil.window_output(w_, kw, sw, pw)
     if min(kh, kw) < 1 or ho < 1 or wo < 1:
         raise GraphError(f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w_} input with "
                          f"padding {padding!r}")
@@ -85,7 +82,7 @@ def _patches(g, x: Tensor, kh: int, kw: int, stride, padding, name: str) -> Tens
     """X_col (c*kh*kw, n*ho*wo): a view of x (and zero padding), nothing copied."""
     (sh, sw), (ph, pw) = stride, padding
     n, c, h, w = x.shape
-    ho, wo = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    ho, wo = poputil.window_output(h, kh, sh, ph), poputil.window_output(w, kw, sw, pw)
     xp = _pad(g, _pad(g, x, 2, ph, ph, f"{name}.pad_h"), 3, pw, pw, f"{name}.pad_w")
     taps = [xp[:, :, dy:dy + (ho - 1) * sh + 1:sh, dx:dx + (wo - 1) * sw + 1:sw].expand([0])
             for dy in range(kh) for dx in range(kw)]

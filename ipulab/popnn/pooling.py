@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import GraphError
 from ..poplar import INT, Tensor
 from ..poplar import program as prog
+from ..poputil.windows import pair, window_output
 from . import poolcodelets as pc
 from ._common import (check_float, map_rows, row_owners, row_pieces, tile_constant,
                       typed_variant, vertex_constants)
@@ -36,10 +37,7 @@ POOL_TYPES = ("max", "avg")
 
 
 def _pair(v, what: str) -> tuple[int, int]:
-    pair = (v, v) if isinstance(v, (int, np.integer)) else tuple(v)
-    if len(pair) != 2 or not all(isinstance(p, (int, np.integer)) for p in pair):
-        raise GraphError(f"pooling: {what} must be an int or a pair of ints, not {v!r}")
-    return int(pair[0]), int(pair[1])
+    return pair(v, what, "pooling")
 
 
 @dataclass(frozen=True)
@@ -80,11 +78,11 @@ class Window:
 
     @property
     def ho(self) -> int:
-        return (self.h + 2 * self.ph - self.kh) // self.sh + 1
+        return window_output(self.h, self.kh, self.sh, self.ph)
 
     @property
     def wo(self) -> int:
-        return (self.w + 2 * self.pw - self.kw) // self.sw + 1
+        return window_output(self.w, self.kw, self.sw, self.pw)
 
     @property
     def out_shape(self) -> tuple:
