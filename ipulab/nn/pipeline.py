@@ -26,6 +26,7 @@ from ..poplar import program as prog
 from ..poplar import parallel
 from ..poplar.tensor import concat
 from .build import build_backward, build_forward
+from .layers import Conv2d, Linear, ReLU
 
 
 class Stage(NamedTuple):
@@ -33,7 +34,6 @@ class Stage(NamedTuple):
 
     lo: int
     hi: int
-    ipu: int
     graph: object
 
 
@@ -67,12 +67,14 @@ def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
     work = []
     for layer, out in zip(model.layers, shapes[1:]):
         n = int(np.prod(out))
-        macs = {"Conv2d": lambda: n * layer.in_channels * int(np.prod(layer.kernel_size)),
-                "Linear": lambda: n * layer.in_features}.get(type(layer).__name__, lambda: n)
-        work.append(macs())
+        if isinstance(layer, Conv2d):
+            n *= layer.in_channels * int(np.prod(layer.kernel_size))
+        elif isinstance(layer, Linear):
+            n *= layer.in_features
+        work.append(n)
     L = len(work)
     allowed = [i for i in range(1, L) if not (model.layers[i - 1].fuses_relu and
-                                              type(model.layers[i]).__name__ == "ReLU")]
+                                              isinstance(model.layers[i], ReLU))]
     if stages - 1 > len(allowed):
         raise GraphError(f"Trainer: pipeline={stages} stages, but this model of {L} layers can "
                          f"be cut in only {len(allowed) + 1} stages")
@@ -100,7 +102,7 @@ def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
 def make_stages(graph, spans) -> list[Stage]:
     """Stage s on IPU s of the (per-replica) graph."""
     tpi = graph.target.tiles_per_ipu
-    return [Stage(lo, hi, s, graph.create_virtual_graph(s * tpi, (s + 1) * tpi))
+    return [Stage(lo, hi, graph.create_virtual_graph(s * tpi, (s + 1) * tpi))
             for s, (lo, hi) in enumerate(spans)]
 
 

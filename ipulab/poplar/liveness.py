@@ -274,15 +274,15 @@ def assign_offsets(start: np.ndarray, end: np.ndarray, size: np.ndarray,
     n = size.size
     used = start >= 0
     offset = np.zeros(n, np.int64)
-    placed = np.zeros(0, np.int64)
-    for i in np.lexsort((np.arange(n), -size)).tolist():
-        if placed.size:
+    order = np.lexsort((np.arange(n), -size))
+    for k, i in enumerate(order.tolist()):
+        placed = order[:k]
+        if k:
             both = used[placed] & used[i]
             meet = (both & (start[placed] <= end[i]) & (start[i] <= end[placed])).any(axis=1)
             meet &= (blocks[placed] & blocks[i]).any(axis=1)
             offset[i] = _lowest_gap(offset[placed[meet]], offset[placed[meet]] +
                                     size[placed[meet]], int(size[i]))
-        placed = np.append(placed, i)
     return offset
 
 
