@@ -83,7 +83,7 @@ class Kit:
         self.g = poplar.Graph(self.target, replication_factor=replication_factor)
         self.tensors: dict[str, object] = {}
         self._writes: dict[str, np.ndarray] = {}
-        self._reads: list[str] = []
+        self.reads: list[str] = []      # the tensors run() returns
         self.engine = None
         self.profile = None
 
@@ -96,7 +96,7 @@ class Kit:
         if value is not None:
             self._writes[name] = np.asarray(value, dtype=poplar.types.as_type(dtype).host)
         if read:
-            self._reads.append(name)
+            self.reads.append(name)
         return t
 
     def write(self, name, value):
@@ -107,7 +107,7 @@ class Kit:
     def compile(self, program, options=None):
         """Build the Engine (checked codelets); compile errors become a Fail that explains them."""
         for name, t in self.tensors.items():      # every named tensor can be written and read
-            if f"w:{name}" not in self.g._state.handles:
+            if not self.g.has_handle(f"w:{name}"):
                 self.g.create_host_write(f"w:{name}", t)
                 self.g.create_host_read(f"r:{name}", t)
         if program is None:
@@ -139,7 +139,7 @@ class Kit:
         except IpuLabError as e:
             raise Fail(explain(e)) from None
         self.profile = self.engine.profile()
-        return {name: self.engine.read_tensor(f"r:{name}") for name in self._reads}
+        return {name: self.engine.read_tensor(f"r:{name}") for name in self.reads}
 
     def _python_line(self, err):
         """Re-run a failing checked-mode program in python mode, whose error names the line."""
@@ -170,14 +170,12 @@ class Kit:
         return _by_element(self.g, self.tensors[name], writes=False)
 
     def tiles_of(self, name) -> np.ndarray:
-        t = self.tensors[name]
-        return self.g._state.arena(t.dtype).tile_of[t.ids.ravel()].astype(np.int64)
+        return self.g.tiles_of(self.tensors[name])
 
     def vertex(self, vid: int) -> str:
-        st = self.g._state
-        cs = st.compute_sets[st.v_cs[vid]].name
-        return (f"vertex {vid} ({st.v_codelet[vid].__name__}) on tile "
-                f"{self.tile(st.v_tile[vid])} in compute set '{cs}'")
+        v = self.g.get_vertices()[vid]
+        return (f"vertex {vid} ({v.codelet.__name__}) on tile {self.tile(v.tile)} in compute "
+                f"set '{v.compute_set.name}'")
 
     def tile(self, tile: int) -> str:
         """'5', or '5 (IPU 1)' when the graph spans several IPUs."""
@@ -187,39 +185,37 @@ class Kit:
     def remote_reads(self):
         """[(vertex id, field, tensor name, elements elsewhere, their tiles, writes)] for every
         vertex field whose data does not live on the vertex's tile (the compiler exchanges it)."""
-        st, out = self.g._state, []
-        for vid, conns in enumerate(st.v_conns):
-            fields = {f.name: f for f in st.v_codelet[vid].fields}
-            for fname, t in conns.items():
-                for part in (t if isinstance(t, list) else [t]):
-                    tiles = st.arena(part.dtype).tile_of[part.ids.ravel()]
-                    away = tiles != st.v_tile[vid]
+        out = []
+        for v in self.g.get_vertices():
+            fields = {f.name: f for f in v.codelet.fields}
+            for fname, parts in v.connections().items():
+                for part in parts:
+                    tiles = self.g.tiles_of(part)
+                    away = tiles != v.tile
                     if away.any():
-                        out.append((vid, fname, part.name, int(away.sum()),
+                        out.append((v.id, fname, part.name, int(away.sum()),
                                     sorted(set(tiles[away].tolist())),
                                     fields[fname].direction != "input"))
         return out
 
 
 def _by_element(g, tensor, writes: bool) -> np.ndarray:
-    st = g._state
     key = tensor.dtype.storage.name
     ids = tensor.ids.ravel()
     lookup = {int(a): i for i, a in enumerate(ids)}
     out = np.full(ids.size, -1 if writes else 0, np.int64)
-    for vid, conns in enumerate(st.v_conns):
-        cls = st.v_codelet[vid]
-        for f in cls.fields:
+    for v in g.get_vertices():
+        conns = v.connections()
+        for f in v.codelet.fields:
             if f.name not in conns or f.dtype.storage.name != key:
                 continue
             if (f.direction != "input") if writes else (f.direction != "output"):
-                parts = conns[f.name] if isinstance(conns[f.name], list) else [conns[f.name]]
-                for part in parts:
+                for part in conns[f.name]:
                     for a in part.ids.ravel().tolist():
                         i = lookup.get(a)
                         if i is not None:
                             if writes:
-                                out[i] = vid
+                                out[i] = v.id
                             else:
                                 out[i] += 1
     return out

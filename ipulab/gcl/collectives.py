@@ -30,7 +30,7 @@ from ..poplar import program as prog
 from ..poplar import types as T
 from ..popops import expr as E
 from ..popops.elementwise import map_in_place
-from ..popops.mapping import per_tile_runs
+from ..poputil import per_tile_runs
 from ..popops.operation import Operation
 
 _COMBINE = {
@@ -49,14 +49,14 @@ def _check(graph, t, op, seq, what: str) -> Operation:
         raise GraphError(f"{what}: expected a tensor, got {type(t).__name__}")
     if not isinstance(seq, prog.Sequence):
         raise GraphError(f"{what}: seq must be a program.Sequence, not {type(seq).__name__}")
-    graph._own(t)
+    graph.check_tensor(t)
     if op not in _COMBINE:
         raise GraphError(f"{what}: {op.name} is not a cross-replica operation; square with "
                          "popops.square first, then all-reduce with ADD")
     if op.is_logical != (t.dtype is T.BOOL):
         raise GraphError(f"{what}: {op.name} on '{t.name}' of type {t.dtype}: the logical "
                          "operations take BOOL tensors, the others numbers")
-    tiles = graph._state.arena(t.dtype).tile_of[t.ids.ravel()]
+    tiles = graph.get_top_level_graph().tiles_of(t)
     if (tiles < 0).any():
         raise GraphError(f"{what}: tensor '{t.name}' has {int((tiles < 0).sum())} elements "
                          "on no tile; map it first (poputil.map_tensor_linearly)")
@@ -73,7 +73,7 @@ def all_reduce(graph, t, op, seq, name: str = "") -> Tensor:
     if graph.replication_factor == 1:
         seq.add(prog.Copy(t, out, name=f"{name}/copy"))
     else:
-        _ring(graph._top(), t, out, op, seq, name)
+        _ring(graph.get_top_level_graph(), t, out, op, seq, name)
     return out
 
 
@@ -82,7 +82,7 @@ def all_reduce_in_place(graph, t, op, seq, name: str = "") -> None:
     name = name or "all_reduce_in_place"
     op = _check(graph, t, op, seq, f"all_reduce_in_place '{name}'")
     if graph.replication_factor > 1:
-        _ring(graph._top(), t, t, op, seq, name)
+        _ring(graph.get_top_level_graph(), t, t, op, seq, name)
 
 
 # Poplar's names (gcl::allReduceCrossReplica, gcl::allReduceInPlaceCrossReplica)
@@ -104,8 +104,7 @@ def _ring(g, t, out, op: Operation, seq, name: str) -> None:
 
     # the buffers: element k where the tensor's element k*r lives, so every tile of the
     # tensor holds about 1/r of them and the combining work is spread like the data
-    tile_of = g._state.arena(t.dtype).tile_of
-    tiles = tile_of[flat.ids[np.minimum(np.arange(m) * r, n - 1)]].astype(np.int64)
+    tiles = g.tiles_of(flat)[np.minimum(np.arange(m) * r, n - 1)]
     mapping = per_tile_runs(tiles, np.arange(m), g.target.num_tiles)
     recv = g.add_variable(t.dtype, [m], f"{name}/recv")
     mine = g.add_variable(t.dtype, [m], f"{name}/mine")

@@ -9,9 +9,7 @@ Conv2d or Linear is folded into that layer's bias map (forward) and its gradient
 from __future__ import annotations
 
 from ..errors import GraphError, TileMemoryError
-from ..poplar import FLOAT, INT, Input, Output, VectorList, Vertex, concat
-from ..poplar import program as prog
-from ..popnn._common import map_rows, row_owners, row_pieces, typed_variant
+from ..poplar import concat
 from .layers import Dropout, ReLU
 
 
@@ -164,57 +162,6 @@ def all_reduce_gradients(graph, grads, seq, replicas: int):
     return gcl.all_reduce(graph, grads, "add", seq)
 
 
-# --- predictions --------------------------------------------------------------------------------
-def _argmax_rows(logits, out):
-    for j in range(len(out)):
-        xs = logits[j]
-        os = out[j]
-        n = len(os)
-        C = len(xs) // n
-        for r in range(n):
-            best = xs[r * C]
-            arg = 0
-            for c in range(1, C):
-                if xs[r * C + c] > best:
-                    best = xs[r * C + c]
-                    arg = c
-            os[r] = arg
-
-
-class ArgMaxRows(Vertex):
-    """out[j][r] = the first index of the largest value in row r of logits[j] (rows of
-    C = len(logits[j]) // len(out[j]) values), as popnn.calc_loss counts a correct answer."""
-
-    fields_dtype = FLOAT
-    logits = Input(VectorList[FLOAT])
-    out = Output(VectorList[INT])
-    compute = staticmethod(_argmax_rows)
-
-    @staticmethod
-    def cycle_estimate(logits=(), out=()):
-        # [MODEL] 10 to enter; per region 6; per row 4 (pointers, store); a compare and a
-        # conditional move per value
-        return 10 + sum(6 + 4 * n + 2 * k for n, k in zip(out, logits))
-
-
-def argmax(graph, logits, seq, name: str = "argmax"):
-    """A new INT [B] tensor: the class with the largest logit in each row of logits [B, C],
-    computed where each row lives (one compute set)."""
-    B, C = logits.shape
-    pred = graph.add_variable(INT, [B], f"{name}/out")
-    owners = row_owners(graph, logits.flatten(), C, name)
-    map_rows(graph, pred, owners, 1)
-    lf = logits.flatten()
-    cls = typed_variant(ArgMaxRows, logits.dtype, ("logits",), "Half")
-    cs = graph.add_compute_set(name)
-    for tile, piece in row_pieces(graph, owners):
-        graph.add_vertex(cs, cls, {
-            "logits": [lf.slice(a * C, b * C) for a, b in piece],
-            "out": [pred.slice(a, b) for a, b in piece]}, tile)
-    seq.add(prog.Execute(cs))
-    return pred
-
-
 def split(flat_tensor, shapes):
     """Views of consecutive pieces of a flat tensor, one per shape (the inverse of flat)."""
     out, start = [], 0
@@ -234,4 +181,4 @@ def flat(tensors):
 
 
 __all__ = ["LayerBuild", "build_forward", "build_backward", "blocks", "uses_dropout",
-           "all_reduce_gradients", "ArgMaxRows", "argmax", "flat", "split"]
+           "all_reduce_gradients", "flat", "split"]

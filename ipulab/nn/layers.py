@@ -29,7 +29,6 @@ import numpy as np
 from .. import poplin, popnn, poprand, poputil
 from ..errors import GraphError
 from ..poplar import concat
-from ..poplin.conv import _patches      # conv2d's im2col view, to fold the bias in
 
 
 def _window_output(layer, shape) -> tuple[int, int]:
@@ -157,7 +156,7 @@ class Conv2d(Layer):
         o, c, kh, kw = b.param("weight").shape
         _, ho, wo = self.output_shape(x.shape[1:])
         # im2col as a view of x (poplin's lowering of conv2d), the bias folded in
-        cols = _patches(g, x, kh, kw, self.stride, self.padding, b.name("patches"))
+        cols = poplin.conv_patches(g, x, kh, kw, self.stride, self.padding, b.name("patches"))
         w = b.param("weight").reshape([o, c * kh * kw])
         if self.bias:
             cols = concat([cols, _ones(b, [1, n * ho * wo], x.dtype, b.name("ones"))], 0)

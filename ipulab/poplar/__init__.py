@@ -1,7 +1,8 @@
 """The Poplar-like graph API: Graph, tensors, codelets, programs, Engine, Profile."""
 from . import program
 from .engine import Engine
-from .graph import ComputeSet, DataStream, Graph, RemoteBuffer, VertexRef
+from .graph import Graph
+from .state import ComputeSet, DataStream, RemoteBuffer, VertexRef
 from .parallel import parallel
 from .profile import Profile
 from .program import SyncType

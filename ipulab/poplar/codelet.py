@@ -8,6 +8,7 @@ an Input fails to compile (numba) or raises (python mode).
 from __future__ import annotations
 
 import traceback
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -80,9 +81,22 @@ class _PyList(list):
     """VectorList fields in python mode: a list of array views."""
 
 
-def _python_driver(compute, multi, workers, kinds, progress, arrays, off, ln, vl_first,
-                   vl_count, vl_off, vl_len):
+class BatchPlan(NamedTuple):
+    """Where each vertex of a batch finds its fields, in compute-parameter order: offsets and
+    lengths of its scalar and Vector fields (vertices x fields), and for VectorList fields the
+    first region and the region count (vertices x lists) in the region table vl_off, vl_len."""
+
+    off: np.ndarray
+    ln: np.ndarray
+    vl_first: np.ndarray
+    vl_count: np.ndarray
+    vl_off: np.ndarray
+    vl_len: np.ndarray
+
+
+def _python_driver(compute, multi, workers, kinds, progress, arrays, plan: BatchPlan):
     """Python-mode batch: the same plan walked in Python, so print and breakpoint() work."""
+    off, ln, vl_first, vl_count, vl_off, vl_len = plan
     for v in range(off.shape[0]):
         progress[0] = v
         fields, col, vcol = [], 0, 0
@@ -102,18 +116,23 @@ def _python_driver(compute, multi, workers, kinds, progress, arrays, off, ln, vl
 
 
 class Batch:
-    """The vertices of one codelet in one compute set, ready to run as one driver call."""
+    """The vertices of one codelet in one compute set, ready to run as one driver call.
+
+    params: the codelet's compute parameters in call order; vertex_ids, vertex_tiles: one
+    entry per row of the plan (for error messages); with replicas > 1 the plan holds every
+    replica's vertices, replica by replica."""
 
     def __init__(self, cls, params: list[str], mode: str, workers: int, vertex_ids: np.ndarray,
-                 vertex_tiles: np.ndarray, cs_name: str, arena_keys: list[str],
-                 kinds: tuple, readonly: list[bool], off, ln, vl_first, vl_count, vl_off, vl_len,
-                 replicas: int = 1):
-        """With replicas > 1 the plan holds every replica's vertices, replica by replica."""
+                 vertex_tiles: np.ndarray, cs_name: str, plan: BatchPlan, replicas: int = 1):
         self.cls, self.params, self.mode, self.workers = cls, params, mode, workers
         self.replicas = replicas
         self.vertex_ids, self.vertex_tiles, self.cs_name = vertex_ids, vertex_tiles, cs_name
-        self.arena_keys, self.kinds, self.readonly = arena_keys, kinds, readonly
-        self.plan = (off, ln, vl_first, vl_count, vl_off, vl_len)
+        by_attr = {f.attr: f for f in cls.fields}
+        order = [by_attr[p] for p in params]
+        self.arena_keys = [f.dtype.storage.name for f in order]
+        self.kinds = tuple(f.kind for f in order)
+        self.readonly = [f.direction == "input" for f in order]
+        self.plan = plan
         self.progress = np.zeros(1, np.int64)
 
     def _arrays(self, arenas, arenas_ro):
@@ -144,7 +163,7 @@ class Batch:
         try:
             if self.mode == "python":
                 _python_driver(self._fn, self.cls.multi, self.workers, self.kinds,
-                               self.progress, arrays, *self.plan)
+                               self.progress, arrays, self.plan)
             else:
                 self._fn(self.progress, *arrays, *self.plan)
         except Exception as e:

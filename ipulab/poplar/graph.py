@@ -3,155 +3,16 @@ from __future__ import annotations
 
 import inspect
 import types as pytypes
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import GraphError
 from ..target import Target
+from .state import ComputeSet, DataStream, FieldRef, GraphState, RemoteBuffer, Variable, \
+    VertexRef
 from .tensor import Tensor
-from .types import Type, as_type, round_half
+from .types import as_type, round_half
 from .vertex import Vertex, codelet_spec
-
-
-class Arena:
-    """Address space of one storage dtype: which tile holds each element."""
-
-    def __init__(self, dtype: np.dtype):
-        self.dtype, self.size = dtype, 0
-        self.tile_of = np.full(1024, -1, np.int32)
-
-    def allocate(self, n: int) -> int:
-        start, self.size = self.size, self.size + n
-        if self.size > self.tile_of.size:
-            grown = np.full(max(self.size, 2 * self.tile_of.size), -1, np.int32)
-            grown[:start] = self.tile_of[:start]
-            self.tile_of = grown
-        return start
-
-
-@dataclass
-class Variable:
-    """A fixed-size typed array of the graph; constants carry their values."""
-
-    name: str
-    dtype: Type
-    shape: tuple
-    offset: int
-    values: np.ndarray | None = None   # constants only (storage dtype, flattened)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def is_constant(self) -> bool:
-        return self.values is not None
-
-
-@dataclass
-class ComputeSet:
-    """A set of vertices that run in parallel in one compute phase."""
-
-    id: int
-    name: str
-    graph: object = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class DataStream:
-    """A host FIFO: host_to_device or device_to_host, num_elements per copy (per replica)."""
-
-    name: str
-    dtype: Type
-    num_elements: int
-    direction: str
-    graph: object = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class RemoteBuffer:
-    """Poplar's RemoteBuffer: `repeats` rows of `num_elements` in streaming memory (off-chip,
-    per replica). Copy(tensor, buffer, offset) writes rows, Copy(buffer, tensor, offset) reads
-    them; the contents persist across runs of an engine."""
-
-    name: str
-    dtype: Type
-    num_elements: int
-    repeats: int
-    graph: object = field(default=None, repr=False, compare=False)
-
-    @property
-    def num_bytes(self) -> int:
-        """Bytes of one replica's buffer (all its repeats)."""
-        return self.repeats * self.num_elements * self.dtype.size
-
-
-class VertexRef:
-    """Handle to a vertex; v["field"] names one of its fields for connect()."""
-
-    def __init__(self, state, vid: int):
-        self._state, self.id = state, vid
-
-    @property
-    def codelet(self):
-        return self._state.v_codelet[self.id]
-
-    def __getitem__(self, field: str) -> "FieldRef":
-        self._state.field_of(self.id, field)
-        return FieldRef(self, field)
-
-    def __repr__(self) -> str:
-        return f"Vertex({self.id}, {self.codelet.__name__})"
-
-
-@dataclass
-class FieldRef:
-    vertex: VertexRef
-    field: str
-
-
-class GraphState:
-    """Everything a graph holds; shared by a graph and its virtual graphs."""
-
-    def __init__(self, target: Target, replication_factor: int = 1):
-        self.target = target
-        self.replication_factor = replication_factor
-        self.replica_tiles = target.num_tiles // replication_factor   # tiles of one replica
-        self.arenas: dict[str, Arena] = {}
-        self.variables: list[Variable] = []
-        self.codelets: dict[str, type] = {}
-        self.codelet_params: dict[type, list[str]] = {}
-        self.compute_sets: list[ComputeSet] = []
-        self.v_cs: list[int] = []
-        self.v_codelet: list[type] = []
-        self.v_tile: list[int] = []
-        self.v_estimate: list[int] = []
-        self.v_conns: list[dict] = []
-        self.handles: dict[str, tuple[str, Tensor]] = {}
-        self.streams: dict[str, DataStream] = {}
-        self.remote_buffers: dict[str, RemoteBuffer] = {}
-
-    def arena(self, dtype: Type) -> Arena:
-        key = dtype.storage.name
-        if key not in self.arenas:
-            self.arenas[key] = Arena(dtype.storage)
-        return self.arenas[key]
-
-    def field_of(self, vid: int, key: str):
-        cls = self.v_codelet[vid]
-        for f in cls.fields:
-            if f.name == key:
-                return f
-        names = ", ".join(repr(f.name) for f in cls.fields)
-        raise GraphError(f"codelet {cls.__name__} has no field {key!r} (vertex {vid}); "
-                         f"its fields are {names}")
-
-    def describe_vertex(self, vid: int) -> str:
-        tile = self.v_tile[vid]
-        cs = self.compute_sets[self.v_cs[vid]].name
-        where = f"tile {tile}" if tile >= 0 else "no tile"
-        return f"vertex {vid} ({self.v_codelet[vid].__name__}, {where}, compute set '{cs}')"
 
 
 class Graph:
@@ -206,8 +67,8 @@ class Graph:
         return Graph(self._state.target, _state=self._state,
                      _tile_range=(self._lo + lo_tile, self._lo + hi_tile))
 
-    def _top(self) -> "Graph":
-        """The whole (per-replica) graph this one is a view of."""
+    def get_top_level_graph(self) -> "Graph":
+        """The whole (per-replica) graph this one is a view of (itself if it is not virtual)."""
         return Graph(self._state.target, _state=self._state)
 
     # --- variables ----------------------------------------------------------------------------
@@ -250,17 +111,64 @@ class Graph:
 
     def clone(self, tensor: Tensor, name: str = "") -> Tensor:
         """A new variable shaped and mapped like tensor."""
-        self._own(tensor)
+        self.check_tensor(tensor)
         t = self.add_variable(tensor.dtype, tensor.shape, name or f"{tensor.name}.clone")
         arena = self._state.arena(tensor.dtype)
         arena.tile_of[t.ids.ravel()] = arena.tile_of[tensor.ids.ravel()]
         return t
 
-    def _own(self, tensor) -> None:
+    # --- inspection ---------------------------------------------------------------------------
+    def owns(self, tensor) -> bool:
+        """Whether tensor is a view of this graph's variables (any virtual graph of it)."""
+        return isinstance(tensor, Tensor) and tensor._graph is self._state
+
+    def check_tensor(self, tensor, what: str = "") -> Tensor:
+        """tensor, if it is a Tensor of this graph; else a GraphError (prefixed by `what`)."""
+        where = f"{what}: " if what else ""
         if not isinstance(tensor, Tensor):
-            raise GraphError(f"expected a Tensor, got {type(tensor).__name__}")
+            raise GraphError(f"{where}expected a Tensor, got {type(tensor).__name__}")
         if tensor._graph is not self._state:
-            raise GraphError(f"tensor '{tensor.name}' belongs to another graph")
+            raise GraphError(f"{where}tensor '{tensor.name}' belongs to another graph")
+        return tensor
+
+    def tiles_of(self, tensor: Tensor) -> np.ndarray:
+        """The tile (this graph's numbering) of each of tensor's flattened elements; -1 for an
+        element on no tile. GraphError if some element lives outside this virtual graph."""
+        self.check_tensor(tensor)
+        tiles = self._state.arena(tensor.dtype).tile_of[tensor.ids.ravel()].astype(np.int64)
+        mapped = tiles >= 0
+        outside = mapped & ((tiles < self._lo) | (tiles >= self._hi))
+        if outside.any():
+            raise GraphError(f"tensor '{tensor.name}' has elements on tile "
+                             f"{int(tiles[outside][0])}, outside this virtual graph's tiles "
+                             f"[{self._lo}, {self._hi})")
+        tiles[mapped] -= self._lo
+        return tiles
+
+    def variable_regions(self, tensor: Tensor) -> list[tuple[str, int, int]]:
+        """The variable regions a view covers, in the view's element order: (variable name,
+        begin, end) over the variable's flattened elements, one per contiguous run."""
+        self.check_tensor(tensor)
+        return self._state.regions_of(tensor)
+
+    def has_handle(self, name: str) -> bool:
+        """Whether a host handle, stream or remote buffer is called name."""
+        st = self._state
+        return name in st.handles or name in st.streams or name in st.remote_buffers
+
+    def get_compute_sets(self) -> list[ComputeSet]:
+        return list(self._state.compute_sets)
+
+    def num_vertices(self) -> int:
+        return len(self._state.v_cs)
+
+    def get_vertices(self, cs: ComputeSet | None = None) -> list[VertexRef]:
+        """Every vertex of the graph, or of one compute set, in the order they were added."""
+        st = self._state
+        if cs is None:
+            return [VertexRef(st, v) for v in range(len(st.v_cs))]
+        return [VertexRef(st, v) for v in
+                np.flatnonzero(np.asarray(st.v_cs, np.int64) == cs.id).tolist()]
 
     # --- mapping ------------------------------------------------------------------------------
     def set_tile_mapping(self, target, tile) -> None:
@@ -268,7 +176,7 @@ class Graph:
         if isinstance(target, VertexRef):
             self._state.v_tile[target.id] = self._tile(tile)
             return
-        self._own(target)
+        self.check_tensor(target)
         tile_of = self._state.arena(target.dtype).tile_of
         if isinstance(tile, (list, tuple)):
             self._set_mapping_list(target, tile)
@@ -291,21 +199,15 @@ class Graph:
 
     def get_tile_mapping(self, tensor: Tensor) -> list[list[tuple[int, int]]]:
         """For each tile, the [begin, end) intervals of the tensor's flattened elements there."""
-        self._own(tensor)
-        n_tiles = self._hi - self._lo
-        tiles = self._state.arena(tensor.dtype).tile_of[tensor.ids.ravel()].astype(np.int64)
-        mapping: list[list[tuple[int, int]]] = [[] for _ in range(n_tiles)]
+        tiles = self.tiles_of(tensor)
+        mapping: list[list[tuple[int, int]]] = [[] for _ in range(self._hi - self._lo)]
         if tiles.size == 0:
             return mapping
         starts = np.flatnonzero(np.r_[True, tiles[1:] != tiles[:-1]])
         ends = np.r_[starts[1:], tiles.size]
         for b, e, t in zip(starts.tolist(), ends.tolist(), tiles[starts].tolist()):
-            if t < 0:
-                continue
-            if not self._lo <= t < self._hi:
-                raise GraphError(f"tensor '{tensor.name}' has elements on tile {t}, outside this "
-                                 f"virtual graph's tiles [{self._lo}, {self._hi})")
-            mapping[t - self._lo].append((b, e))
+            if t >= 0:
+                mapping[t].append((b, e))
         return mapping
 
     # --- codelets and vertices ------------------------------------------------------------------
@@ -374,7 +276,7 @@ class Graph:
         else:
             parts = [tensor]
         for t in parts:
-            self._own(t)
+            self.check_tensor(t)
             if t.dtype is not f.dtype:
                 raise GraphError(f"{what} is {f.dtype} but tensor '{t.name}' is {t.dtype}")
             if f.kind == "scalar" and t.num_elements() != 1:
@@ -391,17 +293,16 @@ class Graph:
 
     # --- host handles and streams ----------------------------------------------------------
     def _new_handle(self, name: str) -> None:
-        st = self._state
-        if name in st.handles or name in st.streams or name in st.remote_buffers:
+        if self.has_handle(name):
             raise GraphError(f"handle, stream or remote buffer name {name!r} is already used")
 
     def create_host_write(self, handle: str, tensor: Tensor) -> None:
-        self._own(tensor)
+        self.check_tensor(tensor)
         self._new_handle(handle)
         self._state.handles[handle] = ("write", tensor)
 
     def create_host_read(self, handle: str, tensor: Tensor) -> None:
-        self._own(tensor)
+        self.check_tensor(tensor)
         self._new_handle(handle)
         self._state.handles[handle] = ("read", tensor)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import enum
 
 from ..errors import ProgramError
-from .graph import ComputeSet, DataStream, RemoteBuffer
+from .state import ComputeSet, DataStream, RemoteBuffer
 from .tensor import Tensor
 
 
@@ -15,7 +15,14 @@ class SyncType(enum.Enum):
 
 
 class Program:
-    """Base of every program."""
+    """Base of every program. children(): the programs it contains; parts(): the tensors,
+    streams, remote buffers and compute sets it names itself."""
+
+    def children(self) -> tuple:
+        return ()
+
+    def parts(self) -> tuple:
+        return ()
 
 
 class Sequence(Program):
@@ -32,6 +39,9 @@ class Sequence(Program):
         self.programs.append(program)
         return self
 
+    def children(self) -> tuple:
+        return tuple(self.programs)
+
 
 class Execute(Program):
     """Run the vertices of a compute set: one BSP superstep."""
@@ -40,6 +50,9 @@ class Execute(Program):
         if not isinstance(cs, ComputeSet):
             raise ProgramError(f"Execute takes a compute set, not {type(cs).__name__}")
         self.cs, self.name = cs, name or cs.name
+
+    def parts(self) -> tuple:
+        return (self.cs,)
 
 
 class Copy(Program):
@@ -80,6 +93,9 @@ class Copy(Program):
                                f"({dst.dtype}): types differ; cast first")
         self.src, self.dst, self.offset = src, dst, None
         self.name = name or f"Copy {src.name} -> {dst.name}"
+
+    def parts(self) -> tuple:
+        return (self.src, self.dst) + (() if self.offset is None else (self.offset,))
 
     def _remote(self, src, dst, offset, name: str) -> None:
         to_buffer = isinstance(dst, RemoteBuffer)
@@ -134,6 +150,9 @@ class CrossReplicaCopy(Program):
         if len(types) > 1:
             raise ProgramError(f"{name}: all moves must have one element type, got {types}")
 
+    def parts(self) -> tuple:
+        return tuple(t for _, src, _, dst in self.moves for t in (src, dst))
+
 
 def _check_predicate(pred, what: str) -> Tensor:
     if not isinstance(pred, Tensor) or pred.num_elements() != 1:
@@ -160,6 +179,9 @@ class Repeat(Program):
             raise ProgramError(f"Repeat count must be >= 0, not {count}")
         self.count, self.body, self.name = int(count), _program(body, "Repeat body"), name
 
+    def children(self) -> tuple:
+        return (self.body,)
+
 
 class RepeatWhileTrue(Program):
     """Run cond; while pred is true run body, then cond again."""
@@ -167,6 +189,12 @@ class RepeatWhileTrue(Program):
     def __init__(self, cond: Program, pred: Tensor, body: Program, name: str = ""):
         self.cond, self.body = _program(cond, "condition"), _program(body, "body")
         self.pred, self.negate, self.name = _check_predicate(pred, "RepeatWhileTrue"), False, name
+
+    def children(self) -> tuple:
+        return (self.cond, self.body)
+
+    def parts(self) -> tuple:
+        return (self.pred,)
 
 
 class RepeatWhileFalse(RepeatWhileTrue):
@@ -184,6 +212,12 @@ class If(Program):
         self.pred = _check_predicate(pred, "If")
         self.then, self.else_ = _program(then, "If branch"), _program(else_, "else branch")
         self.name = name
+
+    def children(self) -> tuple:
+        return (self.then, self.else_)
+
+    def parts(self) -> tuple:
+        return (self.pred,)
 
 
 class Sync(Program):
@@ -204,3 +238,6 @@ class PrintTensor(Program):
         if not isinstance(tensor, Tensor):
             raise ProgramError(f"PrintTensor takes a tensor, not {type(tensor).__name__}")
         self.title, self.tensor, self.name = str(title), tensor, f"PrintTensor {title}"
+
+    def parts(self) -> tuple:
+        return (self.tensor,)

@@ -73,6 +73,23 @@ class Tensor:
     def _view(self, ids: np.ndarray, name: str) -> "Tensor":
         return Tensor(self._graph, ids, self._dtype, name)
 
+    def element_view(self, indices, name: str = "") -> "Tensor":
+        """A view of this tensor's flattened elements in the order (and shape) of `indices`.
+
+        For operation libraries that lay out a variable in blocks and hand out a view with the
+        logical shape (poplin's matrix products); learners use slices and reshapes, as Poplar
+        has no gather views."""
+        idx = np.asarray(indices)
+        if idx.dtype.kind not in "iu":
+            raise GraphError(f"tensor '{self._name}': element_view takes integer indices")
+        flat = self._ids.ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
+            raise GraphError(f"tensor '{self._name}': element_view index out of range for its "
+                             f"{flat.size} elements")
+        ids = np.ascontiguousarray(flat[idx])
+        ids.flags.writeable = False
+        return self._view(ids, name or f"{self._name}.element_view")
+
     def _dim(self, dim: int, rank: int | None = None) -> int:
         rank = self.rank if rank is None else rank
         if not -rank <= dim < rank:

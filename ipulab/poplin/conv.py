@@ -78,8 +78,11 @@ def _dilate(g, t: Tensor, dim: int, s: int, name: str) -> Tensor:
     return joined.reshape(flat).slice(0, (size - 1) * s + 1, dim)
 
 
-def _patches(g, x: Tensor, kh: int, kw: int, stride, padding, name: str) -> Tensor:
-    """X_col (c*kh*kw, n*ho*wo): a view of x (and zero padding), nothing copied."""
+def conv_patches(g, x: Tensor, kh: int, kw: int, stride, padding, name: str) -> Tensor:
+    """X_col (c*kh*kw, n*ho*wo): the patches of x that a kh x kw kernel sees (im2col), as a
+    view of x and zero padding: nothing copied. stride and padding are (height, width) pairs.
+    conv2d multiplies the weights by it; nn.Conv2d also joins a row of ones to fold in its
+    bias."""
     (sh, sw), (ph, pw) = stride, padding
     n, c, h, w = x.shape
     ho, wo = poputil.window_output(h, kh, sh, ph), poputil.window_output(w, kw, sw, pw)
@@ -103,7 +106,7 @@ def _check_tensors(g, *tensors):
     for t in tensors:
         if not isinstance(t, Tensor):
             raise GraphError(f"conv2d: expected a Tensor, not {type(t).__name__}")
-        g._own(t)
+        g.check_tensor(t)
     if len({t.dtype for t in tensors}) > 1:
         raise GraphError("conv2d: " + " and ".join(f"'{t.name}' is {t.dtype}" for t in tensors))
 
@@ -124,7 +127,7 @@ def conv2d(g, x, w, seq, stride=1, padding=0, name: str = "", options=None) -> T
     n, o, ho, wo = conv2d_output_shape(x.shape, w.shape, stride, padding)
     _, c, kh, kw = w.shape
     name = name or "conv"
-    cols = _patches(g, x, kh, kw, _pair(stride, "stride"), _pair(padding, "padding"), name)
+    cols = conv_patches(g, x, kh, kw, _pair(stride, "stride"), _pair(padding, "padding"), name)
     out = mat_mul(g, w.reshape([o, c * kh * kw]), cols, seq, name, options)
     return out.reshape([o, n, ho, wo]).dim_shuffle([1, 0, 2, 3])
 
@@ -159,6 +162,6 @@ def conv2d_backward_weights(g, x, grad_out, w_shape, seq, stride=1, padding=0,
                                padding)
     _, c, kh, kw = w_shape
     name = name or "conv.grad_weights"
-    cols = _patches(g, x, kh, kw, _pair(stride, "stride"), _pair(padding, "padding"), name)
+    cols = conv_patches(g, x, kh, kw, _pair(stride, "stride"), _pair(padding, "padding"), name)
     dy = grad_out.dim_shuffle([1, 0, 2, 3]).reshape([o, n * ho * wo])
     return mat_mul(g, dy, cols.transpose(), seq, name, options).reshape(list(w_shape))

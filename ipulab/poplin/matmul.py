@@ -22,11 +22,10 @@ from .plan import MatMulPlan, macs_per_cycle, plan_mat_mul
 
 
 # --- shapes and layouts ---------------------------------------------------------------------
-def _view(var: Tensor, ids: np.ndarray, name: str) -> Tensor:
-    """A tensor over var's elements in the order of ids (a gather view, made by the library)."""
-    ids = np.ascontiguousarray(ids)
-    ids.flags.writeable = False
-    return var._view(ids, name)
+def _grouping(t: Tensor, grouped: bool) -> Tensor:
+    """t as a group of matrices: itself when grouped, else a view with one leading group."""
+    return t if grouped else t.element_view(np.arange(t.num_elements()).reshape((1,) + t.shape),
+                                            t.name)
 
 
 def _grouped(shape, what: str) -> tuple[int, int, int]:
@@ -88,12 +87,12 @@ def _new_blocked(g, dtype, shape3, rows, cols, blocks: Blocks, name: str):
     """A variable in blocked layout: (flat variable, logical (groups, R, C) view, block starts)."""
     var = g.add_variable(dtype, [int(np.prod(shape3))], name)
     ids, starts = blocks.layout(rows, cols)
-    flat = var.ids.ravel()
-    return var, _view(var, flat[ids], name), starts
+    return var, var.element_view(ids, name), starts
 
 
 def _shape_back(t: Tensor, grouped: bool, name: str) -> Tensor:
-    return t if grouped else _view(t, t.ids[0], name)
+    return t if grouped else t.element_view(np.arange(t.num_elements()).reshape(t.shape[1:]),
+                                            name)
 
 
 def _map_pieces(g, var, starts, rows, cols, blocks: Blocks, lhs: bool) -> None:
@@ -152,7 +151,7 @@ def _check(g, a, b, seq):
     for t, what in ((a, "left operand"), (b, "right operand")):
         if not isinstance(t, Tensor):
             raise GraphError(f"mat_mul: the {what} must be a Tensor, not {type(t).__name__}")
-        g._own(t)
+        g.check_tensor(t)
     if not isinstance(seq, prog.Sequence):
         raise GraphError(f"mat_mul adds its programs to a Sequence, not {type(seq).__name__}")
     if a.dtype is not b.dtype:
@@ -170,7 +169,7 @@ def _constant_rows(g, dtype, rows, name: str) -> Tensor:
 
 
 def _check_acc(g, c, shape, dtype) -> None:
-    g._own(c)
+    g.check_tensor(c)
     if c.shape != shape or c.dtype is not dtype:
         raise GraphError(f"mat_mul_acc: c is {list(c.shape)} {c.dtype} but the product is "
                          f"{list(shape)} {dtype}")
@@ -252,7 +251,7 @@ def _build(g, a, b, seq, name, options, acc=None):
         _check_acc(g, acc[0], shape, dtype)
     if M * N == 0:
         return g.add_variable(dtype, list(shape), name) if acc is None else acc[0]
-    a3, b3 = (t if grouped else _view(t, t.ids[None], t.name) for t in (a, b))
+    a3, b3 = (_grouping(t, grouped) for t in (a, b))
     plan = plan_mat_mul(g.target, M, K, N, dtype, options, groups=G, accumulate=acc is not None)
     p = _Product(g, a3, b3, plan, name)
     bl, pk = p.blocks, plan.split.k
@@ -268,7 +267,7 @@ def _build(g, a, b, seq, name, options, acc=None):
         p.reduce(seq, part, part_start, lambda gi, i, j, c0, c1:
                  out[int(out_starts[gi, i, j]) + c0:int(out_starts[gi, i, j]) + c1])
         return _shape_back(result, grouped, name)
-    c3 = acc[0] if grouped else _view(acc[0], acc[0].ids[None], acc[0].name)
+    c3 = _grouping(acc[0], grouped)
 
     def c_chunk(gi, i, j, c0, c1):
         g0, g1, m0, m1, _, _, n0, n1 = p.block_range(gi, i, j, 0)

@@ -6,15 +6,17 @@ compute sets and exchanges (directly, or through popops).
     dx = popnn.non_linearity_input_gradient(g, "relu", y, dy, seq)      # from the OUTPUT y
     p = popnn.pooling.pool(g, "max", x, 2, 2, 0, seq)                   # or popnn.max_pool2d
     loss, dlogits = popnn.calc_loss(g, logits, labels, seq)             # softmax cross-entropy
+    pred = popnn.arg_max(g, logits, seq)                                  # class of each row
 """
 from . import pooling
+from .argmax import ArgMaxRows, arg_max
 from .loss import LossResult, calc_loss
 from .nonlinearity import (NonLinearityType, non_linearity, non_linearity_in_place,
                            non_linearity_input_gradient)
 from .pooling import (avg_pool2d, avg_pool2d_backward, max_pool2d, max_pool2d_backward, pool,
                       pool_input_gradient)
 
-__all__ = ["pooling", "LossResult", "calc_loss", "NonLinearityType", "non_linearity",
+__all__ = ["pooling", "ArgMaxRows", "arg_max", "LossResult", "calc_loss", "NonLinearityType", "non_linearity",
            "non_linearity_in_place", "non_linearity_input_gradient", "avg_pool2d",
            "avg_pool2d_backward", "max_pool2d", "max_pool2d_backward", "pool",
            "pool_input_gradient"]

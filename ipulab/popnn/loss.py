@@ -31,8 +31,8 @@ from ..poplar import program as prog
 from .. import popops
 from ..popops.codegen import f_exp, f_log
 from ..popops.expr import _1
-from ._common import (check_float, map_rows, row_owners, row_pieces, tile_constant,
-                      typed_variant)
+from ..poputil import map_rows, row_owners, row_pieces, tile_constant, typed_variant
+from ._common import check_float
 
 LOSS_TYPES = ("softmax_cross_entropy",)
 
@@ -114,7 +114,7 @@ def _check(graph, logits, labels, seq, loss_type, what):
     for t in (logits, labels):
         if not isinstance(t, Tensor):
             raise GraphError(f"{what}: expected tensors, got {type(t).__name__}")
-        graph._own(t)
+        graph.check_tensor(t)
     if str(loss_type).lower() not in LOSS_TYPES:
         raise GraphError(f"{what}: unknown loss type {loss_type!r}; ipulab has "
                          f"{', '.join(LOSS_TYPES)} (logits in, softmax applied inside)")

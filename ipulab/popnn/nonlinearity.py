@@ -82,7 +82,7 @@ GRADIENT = {
 def _check(graph, t, seq, what):
     if not isinstance(t, Tensor):
         raise GraphError(f"{what}: expected a tensor, got {type(t).__name__}")
-    graph._own(t)
+    graph.check_tensor(t)
     if not isinstance(seq, prog.Sequence):
         raise GraphError(f"{what}: seq must be a program.Sequence, not {type(seq).__name__}")
     check_float(t, what)

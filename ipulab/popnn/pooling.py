@@ -28,10 +28,10 @@ import numpy as np
 from ..errors import GraphError
 from ..poplar import INT, Tensor
 from ..poplar import program as prog
-from ..poputil.windows import pair, window_output
+from ..poputil import (map_rows, pair, row_owners, row_pieces, tile_constant, typed_variant,
+                       vertex_constants, window_output)
 from . import poolcodelets as pc
-from ._common import (check_float, map_rows, row_owners, row_pieces, tile_constant,
-                      typed_variant, vertex_constants)
+from ._common import check_float
 
 POOL_TYPES = ("max", "avg")
 
@@ -119,7 +119,7 @@ def _check(graph, seq, what, *tensors):
     for t in tensors:
         if not isinstance(t, Tensor):
             raise GraphError(f"{what}: expected a tensor, got {type(t).__name__}")
-        graph._own(t)
+        graph.check_tensor(t)
         check_float(t, what)
     if len({t.dtype for t in tensors}) > 1:
         raise GraphError(f"{what}: " + " and ".join(f"'{t.name}' is {t.dtype}" for t in tensors))

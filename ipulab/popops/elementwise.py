@@ -17,8 +17,8 @@ from ..poplar import Tensor
 from ..poplar import program as prog
 from . import expr as E
 from .mapcodelet import map_codelet, result_dtype
-from .mapping import (broadcast_shape, broadcast_to, gather, grain_of, new_like,
-                      require_mapped, tile_intervals, split_even)
+from ..poputil import grain_of, new_like, require_mapped, split_even, tile_intervals
+from .mapping import broadcast_shape, broadcast_to, gather
 
 
 def _check_args(graph, expression, tensors, seq, what):

@@ -19,11 +19,12 @@ from ..errors import GraphError
 from ..poplar import Tensor
 from ..poplar import program as prog
 from ..poplar import types as T
-from ..poputil import map_tensor_linearly
+from ..poputil import (grain_of, map_tensor_linearly, per_tile_runs, runs, split_even,
+                       tile_intervals)
 from . import expr as E
 from .elementwise import map
 from .fill import fill
-from .mapping import gather, grain_of, per_tile_runs, runs, split_even, tile_intervals
+from .mapping import gather
 from .operation import Operation
 from .reducecodelet import accumulator, identity, reduce_codelet
 from .reduceplan import plan

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .mapping import gather, require_mapped, split_even
+from ..poputil import require_mapped, split_even
+from .mapping import gather
 
 MIN_SPLIT = 32   # a row is split between workers only into pieces of at least this many
 

@@ -24,8 +24,8 @@ from ..poplar import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Tensor
 from ..poplar import program as prog
 from ..poplar.types import as_type
 from .. import popops
-from ..popnn._common import tile_constant, typed_variant, vertex_constants
-from ..popops.mapping import grain_of, new_like, tile_intervals, split_even
+from ..poputil import (grain_of, new_like, split_even, tile_constant, tile_intervals,
+                       typed_variant, vertex_constants)
 from ..popops.expr import _1, _2, select
 from . import codelets as rc
 
@@ -35,7 +35,7 @@ MAX_ELEMENTS = 2 ** 32     # element indices are 32-bit on the tiles
 def _seed_words(graph, seed, tiles, name, what) -> dict:
     """{tile: the seed tensor each vertex on that tile reads}."""
     if isinstance(seed, Tensor):
-        graph._own(seed)
+        graph.check_tensor(seed)
         if seed.dtype != UNSIGNED_INT or seed.num_elements() != 2:
             raise GraphError(f"{what}: a seed tensor must be UNSIGNED_INT with 2 elements "
                              f"[low word, high word], not '{seed.name}' {seed.dtype} "
@@ -62,7 +62,7 @@ def _modifier(seed_modifier, what) -> int:
 def _output(graph, reference, dtype, name, what) -> Tensor:
     """A new tensor shaped and mapped like reference, or of a shape and mapped linearly."""
     if isinstance(reference, Tensor):
-        graph._own(reference)
+        graph.check_tensor(reference)
         return new_like(graph, dtype, reference.shape, reference, name)
     try:
         shape = [int(s) for s in (reference if isinstance(reference, (list, tuple))
@@ -182,7 +182,7 @@ def dropout(graph, t, p, seed, seq, name: str = "", seed_modifier: int = 0,
     what = f"poprand.dropout '{name}'"
     if not isinstance(t, Tensor):
         raise GraphError(f"{what}: expected a tensor, got {type(t).__name__}")
-    graph._own(t)
+    graph.check_tensor(t)
     dtype = _float_type(t.dtype, what)
     p = _probability(p, what, "the drop probability p")
     if scale is None:

@@ -198,7 +198,7 @@ def _best_split(build):
     rng = np.random.default_rng(604)
     kit, A, x, y = _split_kit(BEST_T, BEST_T, BEST_COLS)
     program = call(build, kit.g, A, x, y, what="best_split(g, A, x, y)")
-    used = {c.__module__ for c in kit.g._state.v_codelet}
+    used = {v.codelet.__module__ for v in kit.g.get_vertices()}
     if any(m.startswith("ipulab.poplin") for m in used):
         raise Fail("this one is by hand: use your own codelets (Dot, SumPartials, ...), not "
                    "poplin — poplin.mat_mul is the next question")
@@ -244,7 +244,7 @@ def _planned(build):
             raise Fail(f"{name} should be a tensor of shape {list(shape)}, got "
                        f"{getattr(t, 'shape', type(t).__name__)}")
         kit.tensors[name] = t
-    kit._reads.append("c")
+    kit.reads.append("c")
     kit.compile(seq)
     a_host = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     b_host = rng.uniform(-1, 1, (k, n)).astype(np.float32)

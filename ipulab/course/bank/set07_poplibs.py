@@ -26,7 +26,7 @@ def _result(kit, name, t, shape):
     if tuple(t.shape) != tuple(shape):
         raise Fail(f"the result has shape {list(t.shape)}, expected {list(shape)}")
     kit.tensors[name] = t
-    kit._reads.append(name)
+    kit.reads.append(name)
 
 
 # --- 1 ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def _aligned(make_w):
     seq = prog.Sequence()
     h = popops.map(kit.g, popops.expr.sqrt(_1 * _1 + _2 * _2), [x, w], seq, name="hypot")
     kit.tensors["h"] = h
-    kit._reads.append("h")
+    kit.reads.append("h")
     xv, wv = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
     got = kit.run(seq, x=xv, w=wv)["h"]
     compare(None, "h", got, np.hypot(xv.astype(np.float64), wv), rtol=1e-5)

@@ -95,9 +95,9 @@ def _ipu_traffic(profile) -> np.ndarray:
 def _cross_ipu_fields(kit, limit: int = 3) -> str:
     """The vertex fields whose data lives on another IPU, one line each."""
     tpi = kit.target.tiles_per_ipu
-    lines = []
+    lines, vertices = [], kit.g.get_vertices()
     for vid, field, name, _, tiles, writes in kit.remote_reads():
-        own = kit.g._state.v_tile[vid] // tpi
+        own = vertices[vid].tile // tpi
         away = sorted({t // tpi for t in tiles} - {own})
         if away:
             verb = "writes" if writes else "reads"
@@ -340,7 +340,7 @@ def _embedding_bag(build):
         raise Fail(f"embedding_bag should return a tensor of shape [{BAG_WIDTH}], got "
                    f"{getattr(out, 'shape', type(out).__name__)}")
     kit.tensors["bag"] = out
-    kit._reads.append("bag")
+    kit.reads.append("bag")
     kit.compile(seq)
     values = rng.standard_normal((BAG_ROWS, BAG_WIDTH)).astype(np.float32)
     kit.engine.write_remote_buffer("table", values)
