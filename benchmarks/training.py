@@ -21,7 +21,7 @@ import numpy as np
 
 import ipulab
 from foundation import best_of
-from ipulab import cli, nn
+from ipulab import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from nn_reference import Reference  # noqa: E402
@@ -55,7 +55,7 @@ def bench_training(device, replicas: int, epochs: int = 1, batch_size: int = BAT
     ref = Reference(model, weights, LR, MOMENTUM, np.float32)
     loss, _ = ref.step(x[:gb], y[:gb])
     assert abs(h["loss"][0] - loss) <= 1e-4 * max(1.0, abs(loss)), (h["loss"][0], loss)
-    summary = cli.step_summary(tr.profile())
+    summary = tr.profile().step_summary()
     return {"t_build": t_build, "t_fit": t_fit, "steps": len(stamps),
             "t_step": float(np.diff(stamps).min()) if len(stamps) > 1 else t_fit,
             "cycles": summary["step_cycles"], "ipu_link_bytes": summary["ipu_link_bytes"],

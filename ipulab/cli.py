@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ipulab.devices import ALIASES, SYSTEM_NAMES
+
 
 def _version() -> str:
     """The installed distribution's version, read from metadata so that numba is not imported."""
@@ -49,6 +51,8 @@ def info_text() -> str:
         "",
         "Systems (MB as Graphcore counts SRAM: 2**20 bytes)",
         _table(["system", "description", "IPUs", "tiles", "SRAM MB", "fp16 PFLOPS"], systems),
+        "",
+        "Aliases: " + ", ".join(f"{a} = {name}" for a, name in ALIASES.items()),
     ])
 
 
@@ -140,14 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --- ipulab train ------------------------------------------------------------------------------
-# The defaults of the course's run (DESIGN section 7, issue 5): the default CNN on digits on a
-# Bow-2000, one replica per IPU, 16 images per replica. They equal nn.Trainer's defaults
-# (tests/test_train_cli.py checks); they are repeated here so that the parser stays import-light.
-TRAIN_SYSTEMS = ("ipu", "bow2000", "pod16")
-TRAIN_EPOCHS = 5        # nn.trainer.DEFAULT_RUN
-TRAIN_BATCH_SIZE = 16
-TRAIN_LR = 0.1
-TRAIN_MOMENTUM = 0.9
+# The parser stays import-light (no nn, bokeh or scikit-learn): the defaults of the course's run
+# are nn.TrainConfig.default_run()'s, filled in when `train` runs.
 PROGRESS_WIDTH = 30
 
 
@@ -155,27 +153,29 @@ def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train the course's CNN on digits on a simulated system",
                        description="Train the default CNN (nn.default_cnn) on scikit-learn's "
                        "digits on a simulated IPU system, then print the test accuracy and the "
-                       "profile of one training step.")
-    t.add_argument("--system", choices=TRAIN_SYSTEMS, default="bow2000",
-                   help="one Bow IPU, a Bow-2000 (4 IPUs) or a Bow Pod16 (default: bow2000)")
+                       "profile of one training step. Defaults: the course's run "
+                       "(nn.TrainConfig.default_run()).")
+    t.add_argument("--system", choices=SYSTEM_NAMES, default=None,
+                   help="a system of `ipulab info` (default: bow2000; ipu = one Bow IPU)")
     t.add_argument("--replicas", type=int, default=None,
-                   help="data-parallel replicas (default: one per IPU of the system)")
+                   help="data-parallel replicas (default: one per IPU of the system, or per "
+                   "pipeline of IPUs)")
     t.add_argument("--pipeline", default="none", metavar="none|L1,L2,...",
                    help="cut the model into pipeline stages, one per IPU, at these layer "
                    "indices (e.g. 3,6: layers 0-2, 3-5 and 6- on three IPUs); default none")
     t.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per step with --pipeline (default: one per stage)")
-    t.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
-    t.add_argument("--epochs", type=int, default=TRAIN_EPOCHS)
-    t.add_argument("--batch-size", type=int, default=TRAIN_BATCH_SIZE,
-                   help=f"images per replica per step (default: {TRAIN_BATCH_SIZE})")
-    t.add_argument("--lr", type=float, default=TRAIN_LR)
-    t.add_argument("--momentum", type=float, default=TRAIN_MOMENTUM)
+    t.add_argument("--precision", choices=("fp32", "fp16"), default=None, help="default fp32")
+    t.add_argument("--epochs", type=int, default=None, help="default 5")
+    t.add_argument("--batch-size", type=int, default=None,
+                   help="images per replica per step (default: 16)")
+    t.add_argument("--lr", type=float, default=None, help="default 0.1")
+    t.add_argument("--momentum", type=float, default=None, help="default 0.9")
     t.add_argument("--recompute", action="store_true",
                    help="keep only block inputs; recompute activations in the backward pass")
     t.add_argument("--tiles-per-ipu", type=int, default=None,
                    help="shrink every IPU to this many tiles (fast runs for tests and teaching)")
-    t.add_argument("--seed", type=int, default=0, help="initial weights and shuffling")
+    t.add_argument("--seed", type=int, default=None, help="initial weights and shuffling (0)")
     t.add_argument("--report", default=None, metavar="OUT.html",
                    help="write an HTML report (bokeh, inline resources: works offline)")
 
@@ -186,145 +186,113 @@ def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, acc: 
             f"{step}/{steps}  loss {loss:.4f}  accuracy {acc:.3f}")
 
 
-def step_summary(profile) -> dict:
-    """The numbers `ipulab train` reports about one training step's profile."""
-    import numpy as np
-
-    src, dst, nbytes = profile.exchange_traffic()
-    tpi = profile.tiles_per_ipu
-    across = (src // tpi) != (dst // tpi)
-    used = (profile.memory_total > 0) | (profile.compute_cycles > 0)
-    return {
-        "step_seconds": float(profile.total_seconds),
-        "step_cycles": int(profile.total_cycles),
-        "tiles_used": int(np.count_nonzero(used)),
-        "num_tiles": int(profile.num_tiles),
-        "peak_tile_bytes": int(profile.memory_total.max()),
-        "bytes_per_tile": int(profile.bytes_per_tile),
-        "exchange_bytes": int(nbytes[~across].sum()),
-        "ipu_link_bytes": int(nbytes[across].sum()),
-    }
+class UsageError(Exception):
+    """A flag's value that cannot run: one line for stderr, exit code 2."""
 
 
-def _bytes(n: int) -> str:
-    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:,.1f} {unit}"
-    return f"{n:,} B"
+def train_config(args):
+    """The nn.TrainConfig of `ipulab train`'s flags, over the course's default run."""
+    from ipulab.errors import ConfigError, GraphError
+    from ipulab.nn import TrainConfig
 
-
-def train_report(trainer, result: dict, path) -> Path:
-    """The HTML report of a run: loss and accuracy per step, the BSP trace of one training step
-    and the tile memory heatmap, saved with bokeh's INLINE resources."""
-    from bokeh.embed import file_html
-    from bokeh.layouts import column
-    from bokeh.models import ColumnDataSource, Div
-    from bokeh.plotting import figure
-    from bokeh.resources import INLINE
-
-    from ipulab import viz
-
-    h = trainer.history
-    src = ColumnDataSource({"step": list(range(1, len(h["loss"]) + 1)), "loss": h["loss"],
-                            "accuracy": h["accuracy"]})
-    loss = figure(title="Training loss (mean over the global batch)", x_axis_label="step",
-                  y_axis_label="loss", width=620, height=260)
-    loss.line("step", "loss", source=src)
-    acc = figure(title="Training accuracy (of each global batch)", x_axis_label="step",
-                 y_axis_label="accuracy", width=620, height=260, x_range=loss.x_range)
-    acc.line("step", "accuracy", source=src, color="darkorange")
-    profile = trainer.profile()
-    rows = "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in result["table"])
-    head = Div(text=f"<h2>ipulab train</h2><p>{result['title']}</p><table>{rows}</table>")
-    layout = column(head, loss, acc, viz.bsp_trace(profile), viz.tile_memory_heatmap(profile))
-    path = Path(path)
-    path.write_text(file_html(layout, INLINE, "ipulab train"), encoding="utf-8")
-    return path
-
-
-def train_command(args) -> int:
-    """`ipulab train`: build, train, evaluate, print the table (and write the report)."""
-    pipeline = None
+    changes = {name: getattr(args, name) for name in (
+        "system", "replicas", "micro_batches", "precision", "epochs", "batch_size", "lr",
+        "momentum", "tiles_per_ipu", "seed") if getattr(args, name) is not None}
+    if args.recompute:
+        changes["recompute"] = True
     if args.pipeline.lower() != "none":
         try:
-            pipeline = [int(c) for c in args.pipeline.split(",")]
+            changes["pipeline"] = [int(c) for c in args.pipeline.split(",")]
         except ValueError:
-            print(f"ipulab train: --pipeline must be 'none' or layer indices like 3,6, not "
-                  f"{args.pipeline!r}", file=sys.stderr)
-            return 2
-    for name in ("epochs", "batch_size", "replicas", "tiles_per_ipu", "micro_batches"):
-        v = getattr(args, name)
-        if v is not None and v < (0 if name == "epochs" else 1):
-            print(f"ipulab train: --{name.replace('_', '-')} must be >= "
-                  f"{0 if name == 'epochs' else 1}, not {v}", file=sys.stderr)
-            return 2
-
-    import ipulab
-    from ipulab import nn
-    from ipulab.data import digits
-    from ipulab.errors import IpuLabError
-
-    make = {"ipu": lambda t: ipulab.devices.ipu("bow", tiles_per_ipu=t),
-            "bow2000": ipulab.devices.bow2000, "pod16": ipulab.devices.pod16}[args.system]
+            raise UsageError(f"--pipeline must be 'none' or layer indices like 3,6, not "
+                             f"{args.pipeline!r}") from None
     try:
-        device = make(args.tiles_per_ipu)
-        stages = 1 if pipeline is None else len(pipeline) + 1
-        replicas = args.replicas or max(1, device.target.num_ipus // stages)
-        x_train, y_train, x_test, y_test = digits()
-        trainer = nn.Trainer(nn.default_cnn(x_train.shape[1:]), device, replicas=replicas,
-                             batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
-                             precision=args.precision, seed=args.seed, pipeline=pipeline,
-                             micro_batches=args.micro_batches, recompute=args.recompute,
-                             input_shape=x_train.shape[1:])
-    except (IpuLabError, ValueError) as e:
-        print(f"ipulab train: {e}", file=sys.stderr)
-        return 2
-    target = device.target
-    title = (f"default CNN on digits, {args.system} ({target.num_ipus} IPU(s) x "
-             f"{target.tiles_per_ipu} tiles), {replicas} replica(s) x batch {args.batch_size}, "
-             f"SGD lr {args.lr} momentum {args.momentum}, {args.precision}, "
-             + ("" if pipeline is None else f"pipeline stages at {pipeline} with "
-                f"{trainer.micro_batches} micro-batches, ")
-             + ("recompute, " if args.recompute else "") +
-             f"{args.epochs} epoch(s)")
-    print(title)
+        return TrainConfig.default_run(**changes)
+    except ConfigError as e:
+        raise UsageError(f"--{e.option.replace('_', '-')} {e.rule}, not {e.value!r}") from None
+    except GraphError as e:
+        raise UsageError(str(e)) from None
+
+
+def _title(config, target) -> str:
+    pipeline = "" if config.pipeline is None else \
+        f"pipeline stages at {list(config.pipeline)} with {config.micro} micro-batches, "
+    return (f"default CNN on digits, {config.system} ({target.num_ipus} IPU(s) x "
+            f"{target.tiles_per_ipu} tiles), {config.replicas} replica(s) x batch "
+            f"{config.batch_size}, SGD lr {config.lr} momentum {config.momentum}, "
+            f"{config.precision}, {pipeline}{'recompute, ' if config.recompute else ''}"
+            f"{config.epochs} epoch(s)")
+
+
+def _progress_printer(epochs: int):
+    """The fit callback: a progress bar redrawn after every step on a terminal, one line per
+    epoch in logs and pipes."""
     tty = sys.stdout.isatty()
 
     def progress(tr, epoch, step, steps, loss, acc):
-        line = _progress(epoch + 1, args.epochs, step + 1, steps, loss, acc)
+        line = _progress(epoch + 1, epochs, step + 1, steps, loss, acc)
         if tty:
             print("\r" + line, end="\n" if step + 1 == steps else "", flush=True)
-        elif step + 1 == steps:          # logs and pipes: one line per epoch
+        elif step + 1 == steps:
             print(line, flush=True)
+    return progress
 
-    trainer.fit(x_train, y_train, epochs=args.epochs, seed=args.seed, callback=progress)
-    evaluation = trainer.evaluate(x_test, y_test)
-    table = [("test accuracy", f"{evaluation.accuracy:.2%}"),
-             ("test loss", f"{evaluation.loss:.4f}")]
-    try:
-        s = step_summary(trainer.profile())
-    except IpuLabError:            # --epochs 0: no step ran
-        s = None
-    if s is not None:
-        ips = trainer.global_batch_size / s["step_seconds"]
-        table += [
+
+def _result_rows(trainer, evaluation) -> list[tuple[str, str]]:
+    from ipulab.viz import fmt_bytes
+
+    s = trainer.profile().step_summary()
+    ips = trainer.global_batch_size / s["step_seconds"]
+    return [("test accuracy", f"{evaluation.accuracy:.2%}"),
+            ("test loss", f"{evaluation.loss:.4f}"),
             ("simulated step time", f"{s['step_seconds'] * 1e6:,.1f} us ({s['step_cycles']:,} "
                                     f"cycles)"),
             ("images/s (simulated)", f"{ips:,.0f}"),
             ("tiles used", f"{s['tiles_used']:,} of {s['num_tiles']:,}"),
-            ("peak tile memory", f"{_bytes(s['peak_tile_bytes'])} of "
-                                 f"{_bytes(s['bytes_per_tile'])}"),
-            ("exchange bytes per step", _bytes(s["exchange_bytes"])),
-            ("IPU-Link bytes per step", _bytes(s["ipu_link_bytes"])),
-        ]
+            ("peak tile memory", f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
+                                 f"{fmt_bytes(s['bytes_per_tile'], 1)}"),
+            ("exchange bytes per step", fmt_bytes(s["exchange_bytes"], 1)),
+            ("IPU-Link bytes per step", fmt_bytes(s["ipu_link_bytes"], 1))]
+
+
+def _trainer(config):
+    """The default CNN's trainer on the config's system, built now, and the digits."""
+    from ipulab import nn
+    from ipulab.data import digits
+
+    data = digits()
+    x_train = data[0]
+    device = config.device()
+    config = config.resolve(device.target)
+    if config.global_batch_size > len(x_train):
+        raise UsageError(f"--batch-size {config.batch_size} x {config.replicas} replica(s) is "
+                         f"more than the {len(x_train):,} training images")
+    return nn.Trainer(nn.default_cnn(x_train.shape[1:]), device, config=config,
+                      input_shape=x_train.shape[1:]), data
+
+
+def train_command(args) -> int:
+    """`ipulab train`: build, train, evaluate, print the table (and write the report)."""
+    from ipulab.errors import IpuLabError
+
+    try:
+        config = train_config(args)
+        trainer, (x_train, y_train, x_test, y_test) = _trainer(config)
+    except (UsageError, IpuLabError) as e:
+        print(f"ipulab train: {e}", file=sys.stderr)
+        return 2
+    title = _title(trainer.config, trainer.device.target)
+    print(title)
+    trainer.fit(x_train, y_train, epochs=config.epochs, seed=config.seed,
+                callback=_progress_printer(config.epochs))
+    rows = _result_rows(trainer, trainer.evaluate(x_test, y_test))
     print()
-    print(_table(["result", "value"], [list(r) for r in table], left=2))
+    print(_table(["result", "value"], [list(r) for r in rows], left=2))
     if args.report:
-        if s is None:
-            print("ipulab train: no training step ran, so no report", file=sys.stderr)
-            return 1
-        path = train_report(trainer, {"title": title, "table": table}, args.report)
-        print(f"\nreport: {path}")
+        from ipulab import viz
+
+        report = viz.training_report(trainer.history, trainer.profile(), title, rows)
+        print(f"\nreport: {viz.save_html(report, args.report, 'ipulab train')}")
     return 0
 
 

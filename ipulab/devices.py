@@ -31,8 +31,17 @@ class IPUModel:
         return Device(Target(self.chip, self.num_ipus, self.tiles_per_ipu))
 
 
-def _system(name: str, tiles_per_ipu: int | None) -> Device:
-    s = arch.SYSTEMS[name]
+# Other names for systems, accepted wherever a system is named (and listed by `ipulab info`).
+ALIASES = {"ipu": "bow"}
+SYSTEM_NAMES = tuple(arch.SYSTEMS) + tuple(ALIASES)
+
+
+def system(name: str, tiles_per_ipu: int | None = None) -> Device:
+    """The named system of ipulab.arch (`ipulab info` lists them: ipu1, ipu2, bow, c2, m2000,
+    bow2000, pod16, ...; "ipu" is one Bow IPU), optionally with fewer tiles per IPU."""
+    if name not in SYSTEM_NAMES:
+        raise GraphError(f"unknown system {name!r}; choose one of {', '.join(SYSTEM_NAMES)}")
+    s = arch.SYSTEMS[ALIASES.get(name, name)]
     return Device(Target(s.chip, s.num_ipus, tiles_per_ipu))
 
 
@@ -43,19 +52,19 @@ def ipu(arch_name: str = "ipu2", tiles_per_ipu: int | None = None) -> Device:
 
 def c2(tiles_per_ipu: int | None = None) -> Device:
     """A Mk1 C2 card: two GC2 IPUs joined by three IPU-Links."""
-    return _system("c2", tiles_per_ipu)
+    return system("c2", tiles_per_ipu)
 
 
 def m2000(tiles_per_ipu: int | None = None) -> Device:
     """An IPU-M2000: four Mk2 GC200 IPUs."""
-    return _system("m2000", tiles_per_ipu)
+    return system("m2000", tiles_per_ipu)
 
 
 def bow2000(tiles_per_ipu: int | None = None) -> Device:
     """A Bow-2000: four Bow IPUs, 5,888 tiles (same as IPUModel("bow") with num_ipus = 4)."""
-    return _system("bow2000", tiles_per_ipu)
+    return system("bow2000", tiles_per_ipu)
 
 
 def pod16(tiles_per_ipu: int | None = None) -> Device:
     """A Bow Pod16: four Bow-2000s, 16 IPUs."""
-    return _system("pod16", tiles_per_ipu)
+    return system("pod16", tiles_per_ipu)

@@ -10,6 +10,15 @@ class GraphError(IpuLabError):
     """A malformed graph: bad mapping, shape, dtype, unknown field or codelet, write hazard."""
 
 
+class ConfigError(GraphError):
+    """A training option out of its range: names the option, the rule and the value, so a
+    front end can say it in its own words (`ipulab train` names the flag)."""
+
+    def __init__(self, option: str, rule: str, value):
+        self.option, self.rule, self.value = option, rule, value
+        super().__init__(f"TrainConfig: {option} {rule}, not {value!r}")
+
+
 class TileMemoryError(IpuLabError):
     """A tile's allocations do not fit its SRAM."""
 

@@ -8,16 +8,15 @@ import pytest
 import ipulab
 from ipulab import cli, nn
 from ipulab.data import digits
-from ipulab.nn.trainer import DEFAULT_RUN
+
+RUN = nn.TrainConfig.default_run().resolve(ipulab.devices.bow2000().target)
 
 
 def test_cli_defaults_are_the_default_run():
     a = cli.build_parser().parse_args(["train"])
-    assert (a.system, a.batch_size, a.lr, a.momentum, a.epochs) == (
-        DEFAULT_RUN["system"], DEFAULT_RUN["batch_size"], DEFAULT_RUN["lr"],
-        DEFAULT_RUN["momentum"], DEFAULT_RUN["epochs"])
+    assert cli.train_config(a) == nn.TrainConfig.default_run()
     # --replicas defaults to one per IPU: 4 on a Bow-2000
-    assert a.replicas is None and ipulab.devices.bow2000().target.num_ipus == DEFAULT_RUN["replicas"]
+    assert a.replicas is None and RUN.replicas == 4
 
 
 @pytest.mark.slow
@@ -26,11 +25,9 @@ def test_default_run_reaches_95_percent_on_a_full_bow2000():
     x_train, y_train, x_test, y_test = digits()
     device = ipulab.devices.bow2000()
     assert device.target.num_tiles == 5888
-    tr = nn.Trainer(nn.default_cnn(), device, replicas=DEFAULT_RUN["replicas"],
-                    batch_size=DEFAULT_RUN["batch_size"], lr=DEFAULT_RUN["lr"],
-                    momentum=DEFAULT_RUN["momentum"])
-    h = tr.fit(x_train, y_train, epochs=DEFAULT_RUN["epochs"])
-    assert len(h["loss"]) == DEFAULT_RUN["epochs"] * (len(x_train) // 64)
+    tr = nn.Trainer(nn.default_cnn(), device, config=RUN)
+    h = tr.fit(x_train, y_train, epochs=RUN.epochs)
+    assert len(h["loss"]) == RUN.epochs * (len(x_train) // 64)
     accuracy, _ = tr.evaluate(x_test, y_test)
     print(f"default run: test accuracy {accuracy:.2%} in {time.perf_counter() - t0:.1f} s")
     assert accuracy >= 0.95

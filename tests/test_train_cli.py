@@ -16,10 +16,16 @@ def run(capsys, *args):
 
 
 def test_parser_defaults_are_the_course_run():
+    from ipulab.nn import TrainConfig
+
     a = cli.build_parser().parse_args(["train"])
-    assert (a.system, a.replicas, a.pipeline, a.precision) == ("bow2000", None, "none", "fp32")
-    assert (a.epochs, a.batch_size, a.lr, a.momentum, a.recompute, a.report) == \
-        (5, 16, 0.1, 0.9, False, None)
+    config = cli.train_config(a)
+    assert config == TrainConfig.default_run()
+    assert (config.system, config.replicas, config.pipeline, config.precision) == \
+        ("bow2000", None, None, "fp32")
+    assert (config.epochs, config.batch_size, config.lr, config.momentum, config.recompute) == \
+        (5, 16, 0.1, 0.9, False)
+    assert a.report is None
 
 
 def test_cli_stays_import_light():
@@ -48,7 +54,7 @@ def test_small_bow2000_run_prints_progress_and_table(capsys):
     assert not link.endswith(" 0 B")              # the all-reduce crosses the IPU-Links
 
 
-def test_step_summary_counts_link_bytes_apart():
+def test_the_step_summary_counts_link_bytes_apart():
     import ipulab
     from ipulab import nn
     from ipulab.data import digits
@@ -57,7 +63,7 @@ def test_step_summary_counts_link_bytes_apart():
     tr = nn.Trainer(nn.default_cnn(), ipulab.devices.bow2000(tiles_per_ipu=16), replicas=4,
                     lr=0.1, momentum=0.9)
     tr.fit(x[:64], y[:64], shuffle=False)
-    s = cli.step_summary(tr.profile())
+    s = tr.profile().step_summary()
     src, dst, nbytes = tr.profile().exchange_traffic()
     assert s["exchange_bytes"] + s["ipu_link_bytes"] == nbytes.sum()
     assert s["ipu_link_bytes"] > 0 and s["tiles_used"] == s["num_tiles"] == 64
@@ -95,10 +101,15 @@ def test_report_is_self_contained_html(capsys, tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--pipeline", "2x"], "--pipeline must be 'none' or layer indices like 3,6"),
     (["--pipeline", "2,9"], "must be increasing layer indices between 1 and 7"),
-    (["--pipeline", "3", "--micro-batches", "0"], "--micro-batches must be >= 1"),
+    (["--pipeline", "3", "--micro-batches", "0"], "--micro-batches must be an int >= 1, not 0"),
     (["--pipeline", "3", "--micro-batches", "3"], "does not split into 3 micro-batches"),
-    (["--epochs", "-1"], "--epochs must be >= 0"),
-    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--epochs", "-1"], "--epochs must be an int >= 1, not -1"),
+    (["--epochs", "0"], "--epochs must be an int >= 1, not 0"),
+    (["--batch-size", "0"], "--batch-size must be an int >= 1, not 0"),
+    (["--batch-size", "500"], "--batch-size 500 x 4 replica(s) is more than the 1,437 training"),
+    (["--lr", "0"], "--lr must be a positive number, not 0.0"),
+    (["--lr", "nan"], "--lr must be a positive number, not nan"),
+    (["--momentum", "1"], "--momentum must be in [0, 1), not 1.0"),
     (["--tiles-per-ipu", "16", "--replicas", "3"], "replication_factor"),
 ])
 def test_clear_errors(capsys, args, message):
@@ -107,16 +118,22 @@ def test_clear_errors(capsys, args, message):
 
 
 def test_usage_errors(capsys):
-    assert cli.main(["train", "--system", "pod256"]) == 2
+    assert cli.main(["train", "--system", "pod12"]) == 2
     assert cli.main(["train", "--precision", "bf16"]) == 2
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_epochs_zero_evaluates_without_a_report(capsys, tmp_path):
-    code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "0",
-                         "--report", str(tmp_path / "r.html"))
-    assert code == 1 and "no training step ran" in err
-    assert "test accuracy" in out and "simulated step time" not in out
+def test_every_system_of_info_is_a_train_system(capsys):
+    from ipulab import arch, devices
+
+    assert cli.main(["info"]) == 0
+    info = capsys.readouterr().out
+    parser = cli.build_parser()
+    for name in [*arch.SYSTEMS, *devices.ALIASES]:
+        assert name in info
+        assert parser.parse_args(["train", "--system", name]).system == name
+        devices.system(name, tiles_per_ipu=1)               # and devices knows it
+    assert "ipu = bow" in info
 
 
 def test_pod16_runs_one_replica_per_ipu(capsys):

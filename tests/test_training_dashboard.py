@@ -1,4 +1,5 @@
-"""Trainer.dashboard(): the live training dashboard, driven from code and by its buttons."""
+"""widgets.TrainingDashboard(trainer): the live training dashboard, driven from code and by
+its buttons."""
 import ipywidgets
 import numpy as np
 import pytest
@@ -6,11 +7,16 @@ from traitlets import TraitError
 
 import ipulab
 from ipulab import nn
-from ipulab.cli import _bytes
 from ipulab.data import digits
 from ipulab.errors import DataError, TileMemoryError
+from ipulab.viz import fmt_bytes
 from ipulab.widgets import TrainingDashboard
-from ipulab.widgets.training_config import Config
+
+
+def Config(replicas, batch_size, precision, lr=0.1, momentum=0.9):
+    """The nn.TrainConfig of the dashboard's trainers with these selectable values."""
+    return nn.TrainConfig(replicas=replicas, batch_size=batch_size, precision=precision, lr=lr,
+                          momentum=momentum)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +50,7 @@ def stop_after(dash, steps, seen=None):
 
 def test_dashboard_fit_updates_sources_and_profile(data):
     tr = trainer(4)
-    dash = tr.dashboard(*data, epochs=2)
+    dash = TrainingDashboard(tr, *data, epochs=2)
     assert isinstance(dash, ipywidgets.VBox) and isinstance(dash, TrainingDashboard)
     assert dash.loss_source.data["step"] == [] and "after the first step" in dash.profile.value
     assert dash.epochs.value == 2 and dash.stop.disabled and not dash.start.disabled
@@ -68,7 +74,7 @@ def test_dashboard_fit_updates_sources_and_profile(data):
 
 def test_start_and_stop_buttons(data):
     tr = trainer()
-    dash = tr.dashboard(*data[:2], epochs=3)
+    dash = TrainingDashboard(tr, *data[:2], epochs=3)
     stops = []
 
     def stop_after_3_steps(attr, old, new):       # the source streams one point per step
@@ -93,14 +99,14 @@ def test_start_and_stop_buttons(data):
 
 def test_dashboard_defaults_to_digits_and_checks_data():
     tr = trainer()
-    dash = tr.dashboard()
+    dash = TrainingDashboard(tr)
     assert len(dash.x) == 1437 and len(dash.x_test) == 360
     with pytest.raises(DataError, match="both x and y"):
-        tr.dashboard(y=np.zeros(3, int))
+        TrainingDashboard(tr, y=np.zeros(3, int))
 
 
 def test_controls_offer_only_configurations_that_can_run(data):
-    dash = trainer(4).dashboard(*data, epochs=1)
+    dash = TrainingDashboard(trainer(4), *data, epochs=1)
     c = dash.controls
     assert c.value == Config(4, 16, "fp32") and not c.disabled
     assert c.replicas.options == (1, 2, 4)                    # the divisors of a Bow-2000's IPUs
@@ -120,11 +126,11 @@ def test_controls_offer_only_configurations_that_can_run(data):
     assert c.value == Config(4, 32, "fp32")
     assert dash.trainer.replicas == 4 and dash.trainer.batch_size == 16   # nothing built yet
     # one IPU: one replica; a batch size off the slider's list is offered too
-    one = trainer(batch_size=12).dashboard(*data[:2]).controls
+    one = TrainingDashboard(trainer(batch_size=12), *data[:2]).controls
     assert one.replicas.options == (1,) and one.batch_size.options == (4, 8, 12, 16, 32, 64)
     # 40 samples: 4 replicas take at most 8 images each, 2 replicas 16 (the trainer's own
     # 4 x 16 is offered at first: fit says why it cannot run)
-    few = trainer(4).dashboard(data[0][:40], data[1][:40]).controls
+    few = TrainingDashboard(trainer(4), data[0][:40], data[1][:40]).controls
     assert few.batch_size.options == (4, 8, 16)
     few.replicas.value = 2
     assert few.batch_size.options == (4, 8, 16) and few.batch_size.value == 16
@@ -134,7 +140,7 @@ def test_controls_offer_only_configurations_that_can_run(data):
 
 def test_start_builds_the_selected_configuration_from_the_current_weights(data):
     old = trainer(4)
-    dash = old.dashboard(*data, epochs=1)
+    dash = TrainingDashboard(old, *data, epochs=1)
     dash.fit()                                              # 2 steps of 4 x 16
     assert dash.trainer is old and len(old.history["loss"]) == 2
     weights = old.get_weights()
@@ -184,10 +190,10 @@ def test_start_builds_the_selected_configuration_from_the_current_weights(data):
     # the table compares the two configurations, from each one's step profile
     assert list(dash.configs) == [Config(4, 16, "fp32"), Config(2, 8, "fp16")]
     for t in (old, new):
-        row = dash.configs[Config.of(t)]
+        row = dash.configs[t.config]
         assert row["images_per_second"] == pytest.approx(t.history["images_per_second"][0])
         assert row["peak_tile_bytes"] == t.profile().memory_total.max()
-        assert _bytes(row["peak_tile_bytes"]) in dash.table.value
+        assert fmt_bytes(row["peak_tile_bytes"], 1) in dash.table.value
     assert dash.table.value.index("▶") > dash.table.value.index("4 replicas x batch 16")
     assert "2 replicas x batch 8, fp16" in dash.profile.value
     # Start again without changing anything: the same trainer trains on
@@ -200,7 +206,7 @@ def test_start_builds_the_selected_configuration_from_the_current_weights(data):
 
 def test_changing_controls_during_a_run_waits_for_the_next_start(data):
     tr = trainer()
-    dash = tr.dashboard(*data[:2], epochs=1)
+    dash = TrainingDashboard(tr, *data[:2], epochs=1)
 
     def switch_precision(attr, old, new):        # set from code while the buttons are grey
         dash.controls.precision.value = "fp16"
@@ -215,7 +221,7 @@ def test_changing_controls_during_a_run_waits_for_the_next_start(data):
 
 def test_a_configuration_that_does_not_fit_keeps_the_trainer(data):
     tr = trainer(tiles_per_ipu=1, batch_size=8, momentum=0.0)     # one tile
-    dash = tr.dashboard(*data[:2])
+    dash = TrainingDashboard(tr, *data[:2])
     dash.controls.batch_size.value = 32                      # fp32: out of tile memory
     dash.start.click()
     dash.wait(120)
@@ -230,7 +236,7 @@ def test_a_configuration_that_does_not_fit_keeps_the_trainer(data):
     dash.wait(120)
     assert dash.error is None and dash.trainer.precision == "fp16"
     assert len(dash.trainer.history["loss"]) == 1 and list(dash.configs) == [
-        Config(1, 32, "fp16")]
+        Config(1, 32, "fp16", momentum=0.0)]
 
 
 def test_a_pipelined_trainers_controls_leave_an_ipu_per_stage():
@@ -242,7 +248,7 @@ def test_a_pipelined_trainers_controls_leave_an_ipu_per_stage():
     x, y, _, _ = ipulab.data.digits()
     tr = nn.Trainer(nn.default_cnn(), ipulab.devices.bow2000(tiles_per_ipu=8), batch_size=8,
                     lr=0.1, pipeline=[3], micro_batches=4)
-    dash = tr.dashboard(x[:64], y[:64])
+    dash = TrainingDashboard(tr, x[:64], y[:64])
     c = dash.controls
     assert list(c.replicas.options) == [1, 2]
     assert all(b % 4 == 0 for b in c.batch_size.options)

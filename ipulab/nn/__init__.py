@@ -6,15 +6,18 @@
     trainer = nn.Trainer(model, ipulab.devices.ipu("bow"), batch_size=16, lr=0.05)
     trainer.fit(x_train, y_train, epochs=5)
     trainer.evaluate(x_test, y_test)      # Evaluation(accuracy, loss)
+    nn.Trainer(model, config=nn.TrainConfig.default_run())   # the course's run, on a Bow-2000
 
 Every number (activations, loss, gradients, updates) is computed by codelets on simulated
 tiles through poplin, popops, popnn and poprand; weights are numpy arrays in PyTorch layout.
 """
-from .build import ArgMaxRows, all_reduce_gradients
+from .build import all_reduce_gradients
+from .config import OPTIMIZERS, PRECISIONS, TrainConfig
 from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
 from .model import Sequential, default_cnn
 from .optim import SGD
 from .trainer import Evaluation, Trainer
 
 __all__ = ["AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
-           "Sequential", "default_cnn", "SGD", "Trainer", "Evaluation", "ArgMaxRows", "all_reduce_gradients"]
+           "Sequential", "default_cnn", "SGD", "Trainer", "TrainConfig", "PRECISIONS", "OPTIMIZERS",
+           "Evaluation", "all_reduce_gradients"]

@@ -45,14 +45,14 @@ def stage_spans(pipeline, num_layers: int, ipus: int) -> list[tuple[int, int]]:
             raise TypeError
         cuts = [int(c) for c in pipeline]
     except (TypeError, ValueError):
-        raise GraphError(f"Trainer: pipeline must be a list of layer indices where stages "
+        raise GraphError(f"TrainConfig: pipeline must be a list of layer indices where stages "
                          f"begin (e.g. [3, 6]), not {pipeline!r}") from None
     if any(isinstance(c, bool) for c in pipeline) or cuts != sorted(set(cuts)) or \
             (cuts and (cuts[0] < 1 or cuts[-1] >= num_layers)):
-        raise GraphError(f"Trainer: pipeline boundaries {list(pipeline)} must be increasing "
+        raise GraphError(f"TrainConfig: pipeline boundaries {list(pipeline)} must be increasing "
                          f"layer indices between 1 and {num_layers - 1}")
     if len(cuts) + 1 > ipus:
-        raise GraphError(f"Trainer: a pipeline of {len(cuts) + 1} stages needs {len(cuts) + 1} "
+        raise GraphError(f"TrainConfig: a pipeline of {len(cuts) + 1} stages needs {len(cuts) + 1} "
                          f"IPUs per replica, but each replica has {ipus}")
     edges = [0, *cuts, num_layers]
     return list(zip(edges[:-1], edges[1:]))
@@ -76,7 +76,7 @@ def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
     allowed = [i for i in range(1, L) if not (model.layers[i - 1].fuses_relu and
                                               isinstance(model.layers[i], ReLU))]
     if stages - 1 > len(allowed):
-        raise GraphError(f"Trainer: pipeline={stages} stages, but this model of {L} layers can "
+        raise GraphError(f"TrainConfig: pipeline={stages} stages, but this model of {L} layers can "
                          f"be cut in only {len(allowed) + 1} stages")
     prefix = np.concatenate([[0], np.cumsum(work)])
     edges = [0, *allowed, L]

@@ -139,6 +139,23 @@ class Profile:
         return [(names[live.variables[i]], int(r), int(live.start[i, r]), int(live.end[i, r]))
                 for i, r in zip(rows.tolist(), roots.tolist())]
 
+    def step_summary(self) -> dict:
+        """The figures a training run reports about one step's profile: cycles and seconds,
+        tiles used, the fullest tile's bytes, and bytes moved on-chip and over IPU-Links."""
+        src, dst, nbytes = self.exchange_traffic()
+        across = (src // self.tiles_per_ipu) != (dst // self.tiles_per_ipu)
+        used = (self.memory_total > 0) | (self.compute_cycles > 0)
+        return {
+            "step_seconds": float(self.total_seconds),
+            "step_cycles": int(self.total_cycles),
+            "tiles_used": int(np.count_nonzero(used)),
+            "num_tiles": int(self.num_tiles),
+            "peak_tile_bytes": int(self.memory_total.max()),
+            "bytes_per_tile": int(self.bytes_per_tile),
+            "exchange_bytes": int(nbytes[~across].sum()),
+            "ipu_link_bytes": int(nbytes[across].sum()),
+        }
+
     def phase_totals(self) -> dict[str, int]:
         """BSP time spent in each phase kind: the sum over steps of the slowest tile's cycles."""
         out = dict.fromkeys(PHASES, 0)

@@ -8,17 +8,20 @@
     show(viz.liveness(profile))              # bytes in use after each executed step
     show(viz.codelet_summary(profile))       # cycles by codelet
     show(viz.linked(profile))                # heatmap + trace with linked selection
+    viz.save_html(viz.training_report(trainer.history, profile, title, rows), "out.html")
 
 viz reads Profile objects only (never ipulab.machine). Every figure draws a bounded number of
 glyphs: tiles are grouped (layout.tile_groups) where one glyph per tile would be too many.
 """
+from .base import fmt_bytes
 from .codelets import codelet_summary
 from .exchange import exchange_matrix
 from .heatmap import tile_memory_heatmap
 from .linked import linked
 from .liveness import liveness
 from .notebook import setup
+from .report import save_html, training_report
 from .trace import bsp_trace
 
 __all__ = ["setup", "tile_memory_heatmap", "bsp_trace", "exchange_matrix", "liveness",
-           "codelet_summary", "linked"]
+           "codelet_summary", "linked", "training_report", "save_html", "fmt_bytes"]

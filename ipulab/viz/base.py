@@ -44,14 +44,15 @@ def note(fig, text: str) -> None:
                          text_color="#666666", text_font_size="13px"))
 
 
-def fmt_bytes(n: float) -> str:
-    """1234567 -> '1.18 MiB' (binary units, as tile memory is usually quoted)."""
+def fmt_bytes(n: float, digits: int = 2) -> str:
+    """1234567 -> '1.18 MiB' (binary units, as tile memory is usually quoted); `digits`
+    after the point for KiB and above."""
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.{digits}f} {unit}"
         n /= 1024
-    return f"{n:,.2f} GiB"
+    return f"{n:,.{digits}f} GiB"
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

@@ -48,6 +48,19 @@ def tile_memory_data(profile, grid=None, color_by: str = "bytes",
     return data
 
 
+def _label_ipus(fig, grid) -> None:
+    """'IPU i' above each IPU's block of tiles, and no axis ticks (tile slots, not numbers)."""
+    x0, y0 = grid.ipu_origin()
+    labels = ColumnDataSource({"x": x0 + grid.cols / 2 - 0.5, "y": y0 - 0.6,
+                               "text": [f"IPU {i}" for i in range(grid.num_ipus)]})
+    fig.add_layout(LabelSet(x="x", y="y", text="text", source=labels, text_align="center",
+                            text_baseline="bottom", text_font_size="11px"))
+    fig.xaxis.major_label_text_font_size = fig.yaxis.major_label_text_font_size = "0px"
+    fig.xaxis.major_tick_line_color = fig.yaxis.major_tick_line_color = None
+    fig.xaxis.minor_tick_line_color = fig.yaxis.minor_tick_line_color = None
+    fig.xgrid.visible = fig.ygrid.visible = False
+
+
 def tile_memory_heatmap(profile, color_by: str = "bytes", *, high: float | None = None,
                         ipus_per_row: int = IPUS_PER_ROW, width: int = WIDTH):
     """Memory of every tile, laid out as IPUs of tile columns, as ONE rect renderer.
@@ -93,15 +106,7 @@ def tile_memory_heatmap(profile, color_by: str = "bytes", *, high: float | None 
     else:
         mapper = LinearColorMapper(palette=BYTES_PALETTE, low=0, high=_top(total, high))
         fig.add_layout(ColorBar(color_mapper=mapper, title="bytes per tile", width=10), "right")
-    x0, y0 = grid.ipu_origin()
-    labels = ColumnDataSource({"x": x0 + grid.cols / 2 - 0.5, "y": y0 - 0.6,
-                               "text": [f"IPU {i}" for i in range(grid.num_ipus)]})
-    fig.add_layout(LabelSet(x="x", y="y", text="text", source=labels, text_align="center",
-                            text_baseline="bottom", text_font_size="11px"))
-    fig.xaxis.major_label_text_font_size = fig.yaxis.major_label_text_font_size = "0px"
-    fig.xaxis.major_tick_line_color = fig.yaxis.major_tick_line_color = None
-    fig.xaxis.minor_tick_line_color = fig.yaxis.minor_tick_line_color = None
-    fig.xgrid.visible = fig.ygrid.visible = False
+    _label_ipus(fig, grid)
     cats = " · ".join(f"{k} @{k}{{0,0}}" for k in profile.memory)
     hover(fig, [tiles], [("tile", "@tile (IPU @ipu)"),
                          ("memory", "@bytes{0,0} B (@fraction{0.00%} of the tile)"),

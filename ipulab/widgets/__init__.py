@@ -3,7 +3,7 @@
 Each takes an Engine that has run (or a Profile) and shows its most recent run:
 TileExplorer (one tile's memory, vertices and exchange partners), BSPPlayer (step through the
 supersteps), GraphInspector (compute sets -> vertices -> tensors -> tiles) and ProfileDashboard
-(all of them in tabs). TrainingDashboard (Trainer.dashboard()) trains live.
+(all of them in tabs). TrainingDashboard(trainer) trains live.
 """
 from .bsp_player import BSPPlayer
 from .dashboard import ProfileDashboard

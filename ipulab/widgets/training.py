@@ -1,6 +1,7 @@
-"""TrainingDashboard: the live dashboard of an nn.Trainer (DESIGN section 8, issue 5).
+"""TrainingDashboard: the live dashboard of an nn.Trainer (DESIGN section 8).
 
-    dash = trainer.dashboard(x_train, y_train, x_test, y_test, epochs=5)
+    dash = widgets.TrainingDashboard(trainer)          # trains on digits, tests on its test split
+    dash = widgets.TrainingDashboard(trainer, x_train, y_train, x_test, y_test, epochs=5)
     dash                       # in a notebook: Start / Stop, loss and accuracy as they change
     dash.fit(2)                # or from code: two more epochs, the figures updating per step
 
@@ -26,21 +27,29 @@ from bokeh.layouts import row
 from bokeh.models import ColumnDataSource, LabelSet
 from bokeh.plotting import figure
 
-from ..cli import _bytes
+from ..data import digits
+from ..errors import DataError
+from ..viz import fmt_bytes
 from ._common import bokeh_pane, esc, fmt_int, table
-from .training_config import Config, ConfigControls, config_table, rebuilt, step_figures
+from .training_config import ConfigControls, config_table, describe, label, rebuilt, \
+    step_figures
 
 
 class TrainingDashboard(W.VBox):
     """Live training of `trainer` on (x, y); (x_test, y_test), if given, is evaluated after
-    every epoch. Attributes: loss_source (step, loss, accuracy), test_source (step, accuracy),
+    every epoch. Without data it trains on ipulab.data.digits() and tests on its test split.
+    Attributes: loss_source (step, loss, accuracy), test_source (step, accuracy),
     config_source (step, label: where each configuration started), start / stop buttons,
     epochs (IntText), controls (ConfigControls: replicas, batch_size, precision), progress
-    (IntProgress), status, profile and table (HTML), configs ({Config: step_figures} of the
-    configurations run), thread (the running background fit, or None)."""
+    (IntProgress), status, profile and table (HTML), configs ({TrainConfig: step_figures} of
+    the configurations run), thread (the running background fit, or None)."""
 
-    def __init__(self, trainer, x, y, x_test=None, y_test=None, epochs: int = 1,
+    def __init__(self, trainer, x=None, y=None, x_test=None, y_test=None, epochs: int = 1,
                  seed: int = 0, width: int = 380):
+        if x is None:
+            if y is not None:
+                raise DataError("TrainingDashboard: give both x and y, or neither (digits)")
+            x, y, x_test, y_test = digits()
         self.trainer, self.x, self.y = trainer, x, y
         self.x_test, self.y_test = x_test, y_test
         self.seed = seed
@@ -50,7 +59,7 @@ class TrainingDashboard(W.VBox):
         self._stop = threading.Event()
         self._profile_shown = False
         self._mark_pending = True                 # label the next step with the configuration
-        self.configs: dict[Config, dict] = {}
+        self.configs: dict = {}
         h = trainer.history
         self.loss_source = ColumnDataSource({"step": list(range(1, len(h["loss"]) + 1)),
                                              "loss": list(h["loss"]),
@@ -90,7 +99,7 @@ class TrainingDashboard(W.VBox):
                           self.controls, self.status, bokeh_pane(self.figures),
                           W.HBox([self.profile, self.table],
                                  layout=W.Layout(flex_flow="row wrap"))])
-        if trainer._step_profile is not None:
+        if trainer.step_profile is not None:
             self._show_profile()
 
     # --- training --------------------------------------------------------------------------
@@ -101,16 +110,17 @@ class TrainingDashboard(W.VBox):
     def build_selected(self):
         """Make `trainer` the configuration the controls select, building a new trainer from
         the current weights if it differs (what Start does first); returns the trainer."""
-        want = self.controls.value
-        if want == Config.of(self.trainer):
+        want = self.controls.selected(self.trainer.config)
+        if want == self.trainer.config:
             return self.trainer
-        self.status.value = f"building the graph for {want}..."
+        self.status.value = f"building the graph for {describe(want)}..."
         t0 = time.perf_counter()
         shape = self.trainer.input_shape or np.shape(self.x)[1:]
         self.trainer = rebuilt(self.trainer, want, shape)
         self._profile_shown, self._mark_pending = False, True
-        self.status.value = (f"built the graph for {want} in {time.perf_counter() - t0:.1f} s; "
-                             f"training goes on from the current weights")
+        self.status.value = (f"built the graph for {describe(want)} in "
+                             f"{time.perf_counter() - t0:.1f} s; training goes on from the "
+                             f"current weights")
         return self.trainer
 
     def _busy(self, flag: bool) -> None:
@@ -179,7 +189,7 @@ class TrainingDashboard(W.VBox):
         n = len(self.loss_source.data["step"]) + 1
         if self._mark_pending:
             self._mark_pending = False
-            self.config_source.stream({"step": [n - 0.5], "label": [Config.of(trainer).label]})
+            self.config_source.stream({"step": [n - 0.5], "label": [label(trainer.config)]})
         self.loss_source.stream({"step": [n], "loss": [loss], "accuracy": [accuracy]})
         if not self._profile_shown:
             self._show_profile()
@@ -189,16 +199,16 @@ class TrainingDashboard(W.VBox):
         return not self._stop.is_set()
 
     def _show_profile(self) -> None:
-        t, now = self.trainer, Config.of(self.trainer)
+        t, now = self.trainer, self.trainer.config
         s = self.configs[now] = step_figures(t)
         self._profile_shown = True
         self.table.value = config_table(self.configs, now)
-        self.profile.value = f"<b>One training step (simulated): {now}</b>" + table(
+        self.profile.value = f"<b>One training step (simulated): {describe(now)}</b>" + table(
             ["", ""],
             [("cycles", f"{fmt_int(s['step_cycles'])} ({s['step_seconds'] * 1e6:,.1f} µs)"),
              ("images/s", fmt_int(s["images_per_second"])),
              ("tiles used", f"{fmt_int(s['tiles_used'])} of {fmt_int(s['num_tiles'])}"),
-             ("peak tile memory", f"{_bytes(s['peak_tile_bytes'])} of "
-                                  f"{_bytes(s['bytes_per_tile'])}"),
-             ("exchange", _bytes(s["exchange_bytes"])),
-             ("IPU-Links", _bytes(s["ipu_link_bytes"]))])
+             ("peak tile memory", f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
+                                  f"{fmt_bytes(s['bytes_per_tile'], 1)}"),
+             ("exchange", fmt_bytes(s["exchange_bytes"], 1)),
+             ("IPU-Links", fmt_bytes(s["ipu_link_bytes"], 1))])

@@ -1,64 +1,45 @@
-"""The training dashboard's configuration: replicas, batch size and precision (issue 5).
+"""The training dashboard's configuration controls: replicas, batch size and precision.
 
 Choosing a configuration never changes a running fit: the dashboard's next Start builds a new
 nn.Trainer with it (rebuilt()), starting from the current weights. Only configurations that can
-run are offered: replicas that give each replica whole IPUs (1 and the divisors of the device's
-IPUs), and batch sizes for which one global batch (replicas x batch) fits in the training set.
-Each configuration that has run a step gets a row in config_table(): its simulated images/s and
-peak tile memory, to compare replicating or not, fp32 or fp16.
+run are offered, by nn.TrainConfig's rules: replicas that leave each replica an IPU per
+pipeline stage (TrainConfig.replica_choices), and batch sizes whose global batch fits in the
+training set and splits into the micro-batches (TrainConfig.batch_fits). Each configuration
+that has run a step gets a row in config_table(): its simulated images/s and peak tile memory,
+to compare replicating or not, fp32 or fp16.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import ipywidgets as W
 
-from ..cli import _bytes, step_summary
-from ..nn.trainer import PRECISIONS
+from ..nn import PRECISIONS, Trainer
+from ..viz import fmt_bytes
 from ..viz.base import plural
 from ._common import fmt_int, table
 
 BATCH_SIZES = (4, 8, 16, 32, 64)        # images per replica per step offered by the slider
 
 
-class Config(NamedTuple):
-    """One training configuration of the dashboard."""
-
-    replicas: int
-    batch_size: int
-    precision: str
-
-    @classmethod
-    def of(cls, trainer) -> Config:
-        return cls(trainer.replicas, trainer.batch_size, trainer.precision)
-
-    def __str__(self) -> str:
-        return f"{plural(self.replicas, 'replica')} x batch {self.batch_size}, {self.precision}"
-
-    @property
-    def label(self) -> str:
-        """Short, for the marker on the history plots: '4×16 fp16'."""
-        return f"{self.replicas}×{self.batch_size} {self.precision}"
+def describe(config) -> str:
+    """'4 replicas x batch 16, fp32': what the table and the status line call a config."""
+    return f"{plural(config.replicas, 'replica')} x batch {config.batch_size}, {config.precision}"
 
 
-def replica_choices(target, stages: int = 1) -> list[int]:
-    """1 and the divisors of the target's IPUs (1, 2, 4 on a Bow-2000) that leave each replica
-    an IPU per pipeline stage."""
-    n = target.num_ipus
-    return [r for r in range(1, n + 1) if n % r == 0 and r * stages <= max(n, 1)]
+def label(config) -> str:
+    """Short, for the marker on the history plots: '4×16 fp16'."""
+    return f"{config.replicas}×{config.batch_size} {config.precision}"
 
 
 class ConfigControls(W.HBox):
     """replicas (ToggleButtons), batch_size (SelectionSlider, images per replica per step) and
     precision (ToggleButtons), set to `trainer`'s configuration; `samples` is the size of the
-    training set. `value` is the selected Config; `disabled` greys all three out."""
+    training set. `value` is the selected nn.TrainConfig; `disabled` greys all three out."""
 
     def __init__(self, trainer, samples: int):
-        self.samples = samples
-        now = Config.of(trainer)
+        self.samples, self.config = samples, trainer.config
+        now = trainer.config
         self._sizes = sorted({now.batch_size, *BATCH_SIZES})
-        self._micro = trainer.micro_batches
-        replicas = [r for r in replica_choices(trainer.device.target, trainer.num_stages)
+        replicas = [r for r in now.replica_choices(trainer.device.target)
                     if r * self._sizes[0] <= samples]
         buttons = {"button_width": "56px"}
         self.replicas = W.ToggleButtons(options=sorted({now.replicas, *replicas}),
@@ -76,7 +57,7 @@ class ConfigControls(W.HBox):
     def _batches(self, replicas: int) -> list[int]:
         """The batch sizes whose global batch fits in the training set (and that split into
         a pipeline's micro-batches)."""
-        return [b for b in self._sizes if replicas * b <= self.samples and b % self._micro == 0] \
+        return [b for b in self._sizes if self.config.batch_fits(b, self.samples, replicas)] \
             or self._sizes[:1]
 
     def _replicas_changed(self, change) -> None:
@@ -87,8 +68,17 @@ class ConfigControls(W.HBox):
         self.batch_size.value = max([b for b in options if b <= keep], default=options[0])
 
     @property
-    def value(self) -> Config:
-        return Config(self.replicas.value, self.batch_size.value, self.precision.value)
+    def value(self):
+        """The selected configuration: the trainer's, with these controls' values."""
+        return self.selected(self.config)
+
+    def selected(self, config):
+        """config with the selected replicas, batch size and precision (a new precision takes
+        its own default loss scaling)."""
+        precision = self.precision.value
+        return config.replace(
+            replicas=self.replicas.value, batch_size=self.batch_size.value, precision=precision,
+            loss_scaling=config.loss_scaling if precision == config.precision else None)
 
     @property
     def disabled(self) -> bool:
@@ -100,35 +90,31 @@ class ConfigControls(W.HBox):
             w.disabled = flag
 
 
-def rebuilt(trainer, config: Config, input_shape):
-    """A new trainer in `config`, otherwise like `trainer`: the same model, device, lr,
-    momentum, seed, pipeline (and micro-batches), recompute and engine options (and loss
-    scaling if the precision stays), compiled now for samples of `input_shape` and starting
-    from `trainer`'s current weights (momentum starts again from zero)."""
-    new = type(trainer)(
-        trainer.model, trainer.device, replicas=config.replicas, batch_size=config.batch_size,
-        lr=trainer.lr, momentum=trainer.momentum, precision=config.precision,
-        pipeline=trainer.pipeline, recompute=trainer.recompute, seed=trainer.seed,
-        micro_batches=None if trainer.pipeline is None else trainer.micro_batches,
-        loss_scaling=trainer.loss_scaling if config.precision == trainer.precision else None,
-        options=trainer.options, input_shape=input_shape)
+def rebuilt(trainer, config, input_shape):
+    """A new trainer in `config`, otherwise like `trainer` (the same model, device and engine
+    options), compiled now for samples of `input_shape` and starting from `trainer`'s current
+    weights (momentum starts again from zero)."""
+    new = Trainer(trainer.model, trainer.device, config=config, options=trainer.options,
+                  input_shape=input_shape)
     new.set_weights(trainer.get_weights())
     return new
 
 
 def step_figures(trainer) -> dict:
-    """cli.step_summary of the trainer's step profile, plus the simulated images/s."""
-    s = step_summary(trainer.profile())
+    """Profile.step_summary of the trainer's step profile, plus the simulated images/s."""
+    s = trainer.profile().step_summary()
     return dict(s, images_per_second=trainer.global_batch_size / s["step_seconds"])
 
 
-def config_table(rows: dict, current: Config) -> str:
-    """HTML: one row per configuration run ({Config: step_figures}), the current one marked."""
+def config_table(rows: dict, current) -> str:
+    """HTML: one row per configuration run ({TrainConfig: step_figures}), the current one
+    marked."""
     body = table(
         ["", "configuration", "images/s", "cycles/step", "peak tile memory", "tiles used"],
-        [("▶" if c == current else "", str(c), fmt_int(s["images_per_second"]),
-          fmt_int(s["step_cycles"]), f"{_bytes(s['peak_tile_bytes'])} of "
-                                     f"{_bytes(s['bytes_per_tile'])}", fmt_int(s["tiles_used"]))
+        [("▶" if c == current else "", describe(c), fmt_int(s["images_per_second"]),
+          fmt_int(s["step_cycles"]), f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
+                                     f"{fmt_bytes(s['bytes_per_tile'], 1)}",
+          fmt_int(s["tiles_used"]))
          for c, s in rows.items()])
     return (f"<div style='white-space:nowrap'><b>Configurations (one simulated step each)</b>"
             f"{body}</div>")

@@ -37,12 +37,14 @@ def _system(num_ipus: int):
     return model.create_device()
 
 
-def _train(model, dev, x, y, steps: int, weights=None, what: str = "", explain=str, **options):
-    """A Trainer of `model` on `dev` (lr 0.05, no momentum) after `steps` steps over (x, y) in
-    order, from `weights` if given; a configuration that fails becomes a Fail whose message
-    starts with `what` (explain(error) says why)."""
+def _train(model, dev, x, y, steps: int, weights=None, what: str = "", explain=str,
+           config=None, **options):
+    """A Trainer of `model` on `dev` (config, else lr 0.05 and no momentum with `options`)
+    after `steps` steps over (x, y) in order, from `weights` if given; a configuration that
+    fails becomes a Fail whose message starts with `what` (explain(error) says why)."""
     try:
-        t = nn.Trainer(model, dev, lr=0.05, seed=SEED, **options)
+        config = config or nn.TrainConfig(lr=0.05, seed=SEED, **options)
+        t = nn.Trainer(model, dev, config=config)
         if weights is not None:
             t.set_weights(weights)
         n = steps * t.global_batch_size
@@ -407,21 +409,19 @@ def observed_schedule(trainer) -> dict:
     """{"forward"/"backward": [{IPU: micro-batch} per slot]}, read from the profile (which
     IPUs compute in the steps named 'pipeline <phase> <slot>/…') and from the graph (the
     micro-batch of the tensors their vertices touch, named 'mb<m>/…')."""
-    profile, st = trainer.profile(), trainer.graph._state
-    cs_of = {cs.name: i for i, cs in enumerate(st.compute_sets)}
-    v_cs, v_tile = np.asarray(st.v_cs), np.asarray(st.v_tile)
+    profile, g = trainer.profile(), trainer.graph
+    compute_sets = {cs.name: cs for cs in g.get_compute_sets()}
     slots = {"forward": {}, "backward": {}}
     for step in profile.steps:
         words = step.name.split()
         if step.kind != "execute" or len(words) != 3 or words[0] != "pipeline":
             continue
         slot = slots[words[1]].setdefault(int(words[2].split("/")[0]), {})
-        for vid in np.flatnonzero(v_cs == cs_of[step.name]):
-            for conn in st.v_conns[vid].values():
-                for part in conn if isinstance(conn, list) else [conn]:
+        for v in g.get_vertices(compute_sets[step.name]):
+            for parts in v.connections().values():
+                for part in parts:
                     for m in _MICRO.findall(part.name):
-                        slot.setdefault(int(v_tile[vid]) // profile.tiles_per_ipu,
-                                        set()).add(int(m))
+                        slot.setdefault(v.tile // profile.tiles_per_ipu, set()).add(int(m))
     return {phase: [{ipu: min(mbs) for ipu, mbs in sorted(by_slot[t].items())}
                      for t in range(len(by_slot))] for phase, by_slot in slots.items()}
 
@@ -542,7 +542,8 @@ def _fast_reference():
     return weights, tuple(t.history["loss"])
 
 
-def _fast_options(config) -> dict:
+def _fast_options(config) -> nn.TrainConfig:
+    """The learner's dict of Trainer options as a TrainConfig (its rules, its messages)."""
     if not isinstance(config, dict):
         raise Fail(f"give the configuration as a dict of nn.Trainer options, e.g. "
                    f"{{'replicas': 2, 'batch_size': 128}}, not {type(config).__name__}")
@@ -550,21 +551,20 @@ def _fast_options(config) -> dict:
     if other:
         raise Fail(f"{', '.join(map(repr, other))}: not yours to choose here (the model, "
                    "device, lr and seed are fixed). Choose among " + ", ".join(FAST_KEYS))
-    replicas, batch = config.get("replicas", 1), config.get("batch_size", 16)
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
-               for v in (replicas, batch)):
-        raise Fail(f"replicas and batch_size must be positive ints, got {replicas!r} and "
-                   f"{batch!r}")
-    if replicas * batch != FAST_BATCH:
-        raise Fail(f"{replicas} replica(s) x batch_size {batch} is a global batch of "
-                   f"{replicas * batch:,} images per step; the question fixes it at "
+    try:
+        cfg = nn.TrainConfig(lr=0.05, seed=SEED, **config)
+    except IpuLabError as e:
+        raise Fail(f"your configuration could not be trained: {type(e).__name__}: "
+                   f"{_explain_config(e)}") from None
+    if cfg.global_batch_size != FAST_BATCH:
+        raise Fail(f"{cfg.replicas} replica(s) x batch_size {cfg.batch_size} is a global batch "
+                   f"of {cfg.global_batch_size:,} images per step; the question fixes it at "
                    f"{FAST_BATCH}. Choose how to split it, not its size.")
-    micro = config.get("micro_batches")
-    if isinstance(micro, (int, np.integer)) and micro > FAST_MAX_MICRO:
-        raise Fail(f"{micro} micro-batches build {micro} copies of every stage's forward and "
-                   f"backward pass: a huge graph, slow to simulate. The bubble is small long "
-                   f"before that; use at most {FAST_MAX_MICRO}.")
-    return dict(config)
+    if cfg.micro > FAST_MAX_MICRO:
+        raise Fail(f"{cfg.micro} micro-batches build {cfg.micro} copies of every stage's "
+                   f"forward and backward pass: a huge graph, slow to simulate. The bubble is "
+                   f"small long before that; use at most {FAST_MAX_MICRO}.")
+    return cfg
 
 
 def _explain_config(error: Exception) -> str:
@@ -578,29 +578,26 @@ def _explain_config(error: Exception) -> str:
     return text
 
 
-def _diagnose(options: dict, profile) -> str:
+def _diagnose(cfg, profile) -> str:
     """What in this configuration costs cycles the par does not spend."""
     notes = []
-    r = options.get("replicas", 1)
-    stages = len(options.get("pipeline") or []) + 1
-    ipus = profile.num_ipus
+    stages, ipus = cfg.num_stages, profile.num_ipus
     links = profile.phase_totals()["inter_ipu_exchange"]
-    if options.get("precision", "fp32") == "fp32":
+    if cfg.precision == "fp32":
         notes.append("fp32: the matrix products run at half the fp16 rate, and every activation "
                      "and gradient moves twice the bytes. precision='fp16' keeps float32 master "
                      "weights and loss scaling: the loss agrees to 3 digits.")
-    if options.get("pipeline"):
-        m = options.get("micro_batches") or stages
-        notes.append(f"a pipeline of {stages} stages and {m} micro-batches: each phase takes "
-                     f"{m + stages - 1} slots with their own syncs and exchanges, and the "
-                     f"bubble leaves IPUs idle. Pipelining pays when a model does not fit on "
-                     "one IPU; this one does.")
-    elif r < ipus:
-        notes.append(f"each of your {r} replica(s) spans {ipus // r} IPUs, so the exchanges "
-                     f"inside every layer cross the IPU-Links ({links:,} cycles on the links "
-                     "in this step). With one replica per IPU only the gradient all-reduce "
-                     "does.")
-    if options.get("recompute"):
+    if cfg.pipeline is not None:
+        notes.append(f"a pipeline of {stages} stages and {cfg.micro} micro-batches: each phase "
+                     f"takes {cfg.micro + stages - 1} slots with their own syncs and exchanges, "
+                     f"and the bubble leaves IPUs idle. Pipelining pays when a model does not "
+                     "fit on one IPU; this one does.")
+    elif cfg.replicas < ipus:
+        notes.append(f"each of your {cfg.replicas} replica(s) spans {ipus // cfg.replicas} "
+                     f"IPUs, so the exchanges inside every layer cross the IPU-Links ({links:,} "
+                     "cycles on the links in this step). With one replica per IPU only the "
+                     "gradient all-reduce does.")
+    if cfg.recompute:
         notes.append("recompute=True runs the forward pass twice: it saves memory, which this "
                      "model does not need.")
     return "".join(f"\n  · {n}" for n in notes)
@@ -630,17 +627,17 @@ step. **Par**: {FAST_PAR.cycles:,} cycles, within {FAST_PAR.tolerance:g}×.
 def _fast_step(config):
     if config is None or config is Ellipsis:
         raise NotAnswered()
-    options = _fast_options(config)
+    cfg = _fast_options(config)
     weights, want = _fast_reference()
     x, y = _digits()
     t = _train(nn.default_cnn(), _system(4), x, y, FAST_STEPS, weights,
-               what="your configuration ", explain=_explain_config, **options)
+               what="your configuration ", explain=_explain_config, config=cfg)
     got = t.history["loss"]
-    rtol = 2e-3 if options.get("precision") == "fp16" else 1e-5
+    rtol = 2e-3 if cfg.precision == "fp16" else 1e-5
     if not np.allclose(got, want, rtol=rtol):
         raise Fail(f"your configuration trains differently: losses {np.round(got, 5).tolist()},"
                    f" a plain fp32 step gives {np.round(want, 5).tolist()}")
     profile = t.profile()
-    report = grade_par(profile, FAST_PAR, _diagnose(options, profile))
+    report = grade_par(profile, FAST_PAR, _diagnose(cfg, profile))
     return (f"correct; {report.text}: {FAST_BATCH * profile.clock_hz / report.cycles:,.0f} "
             "images/s (simulated)", {"cycles": report.cycles})

@@ -1,0 +1,177 @@
+"""The graph of a training run: ONE graph holding the weights, a batch and two programs.
+
+  0  training step: batch in (host -> device FIFOs), forward, softmax cross-entropy
+     (popnn.calc_loss), backward through every layer, gradient all-reduce over replicas,
+     SGD update; loss and the number of correct answers out (device -> host FIFOs)
+  1  evaluation step: batch in, forward (Dropout off), loss, arg_max; loss, correct count and
+     predictions out
+
+Host handles: write/<key> and read/<key> for every weight (state_dict keys),
+write/sgd/velocity with momentum, write/dropout/seed with Dropout. FIFOs: <prefix>/x,
+<prefix>/labels, <prefix>/loss, <prefix>/correct (and eval/predictions), prefix train or eval.
+"""
+from __future__ import annotations
+
+from .. import popnn, popops, poputil
+from ..errors import GraphError
+from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Graph, concat
+from ..poplar import program as prog
+from ..popops.expr import _1
+from .build import all_reduce_gradients, build_backward, build_forward, flat, split, \
+    uses_dropout
+from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
+    stage_spans
+
+TRAIN, EVAL = 0, 1          # program indices in the engine
+
+
+class StepGraph:
+    """The variables of a training run on a (replicated) graph, and its two programs.
+
+    config: a resolved nn.TrainConfig; cuts: the layers where pipeline stages begin (or None).
+    """
+
+    def __init__(self, model, target, config, sample_shape: tuple, cuts):
+        shapes = model.shapes(sample_shape)
+        if len(shapes[-1]) != 1:
+            raise GraphError(f"the model must end with class scores of shape (classes,), e.g. "
+                             f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
+        self.model, self.config, self.classes = model, config, shapes[-1][0]
+        self.g = g = Graph(target, replication_factor=config.replicas)   # one replica's graph
+        self.stages = None if cuts is None else \
+            make_stages(g, stage_spans(cuts, len(model), g.target.num_ipus))
+        dt, B = config.dtype, config.batch_size
+        self.x = g.add_variable(dt, [B, *sample_shape], "input")
+        self.labels = g.add_variable(INT, [B], "labels")
+        poputil.map_tensor_linearly(self.home(0), self.x)
+        poputil.map_tensor_linearly(self.home(len(model) - 1), self.labels)
+        self.params, self.weights = {}, {}
+        for key, shape in model.param_shapes().items():
+            index, name = key.split(".")
+            t = g.add_variable(FLOAT, list(shape), key)
+            poputil.map_tensor_linearly(self.home(int(index)), t)
+            g.create_host_write(f"write/{key}", t)
+            g.create_host_read(f"read/{key}", t)
+            self.params.setdefault(int(index), {})[name] = t
+            self.weights[key] = t
+        self.seed = None
+        if uses_dropout(model):
+            self.seed = g.add_variable(UNSIGNED_INT, [2], "dropout/seed")
+            g.set_tile_mapping(self.seed, 0)
+            g.create_host_write("write/dropout/seed", self.seed)
+        self.to_half = self._half_weights()
+
+    def home(self, layer: int):
+        """The graph a layer lives on: its pipeline stage's IPU, or the whole replica."""
+        return stage_of(self.stages, layer).graph if self.stages else self.g
+
+    def _half_weights(self):
+        """fp16: forward and backward use HALF copies of the float master weights, made at the
+        start of every step (one cast over all of them); params then names the copies."""
+        seq = prog.Sequence(name="weights to half")
+        keys = list(self.weights)
+        if self.config.dtype == HALF and keys:
+            half = popops.cast(self.g, flat([self.weights[k] for k in keys]), HALF, seq,
+                               "weights/to_half")
+            for key, t in zip(keys, split(half, [self.weights[k].shape for k in keys])):
+                index, name = key.split(".")
+                self.params[int(index)][name] = t
+        return seq
+
+    def _fifos(self, prefix: str, outputs):
+        g, B = self.g, self.config.batch_size
+        ins = (g.add_host_to_device_fifo(f"{prefix}/x", self.config.dtype, self.x.num_elements()),
+               g.add_host_to_device_fifo(f"{prefix}/labels", INT, B))
+        return ins, [g.add_device_to_host_fifo(f"{prefix}/{name}", dtype, n)
+                     for name, dtype, n in outputs]
+
+    def _batch_in(self, name: str, ins):
+        seq = prog.Sequence(name=name)
+        seq.add(prog.Copy(ins[0], self.x))
+        seq.add(prog.Copy(ins[1], self.labels))
+        seq.add(self.to_half)
+        return seq
+
+    # --- program 0 -------------------------------------------------------------------------
+    def training_program(self, optimizer):
+        """The training step; also keeps the plain forward (self.forward, self.loss_seq,
+        self.logits, self.loss) for an evaluation that can share it."""
+        ins, (f_loss, f_correct) = self._fifos("train", [("loss", FLOAT, 1), ("correct", INT, 1)])
+        cfg, g = self.config, self.g
+        train = self._batch_in("training step", ins)
+        grad_scale = cfg.scale / cfg.global_batch_size
+        self.forward = None
+        if self.stages:
+            body = prog.Sequence(name="pipeline")
+            step = pipelined_step(g, self.model, self.stages, self.x, self.labels, self.params,
+                                  body, micro_batches=cfg.micro, grad_scale=grad_scale,
+                                  seed=self.seed, recompute=cfg.recompute)
+            train.add(body)
+        else:
+            step = self._plain_step(train, grad_scale)
+        train.add(self._update(step, optimizer))
+        train.add(prog.Copy(step.loss, f_loss))
+        train.add(prog.Copy(step.correct, f_correct))
+        return train
+
+    def _plain_step(self, train, grad_scale) -> StepResult:
+        g = self.g
+        self.forward, self.loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
+        self.logits, builds = build_forward(g, self.model, self.x, self.params, self.forward,
+                                            train=True, seed=self.seed)
+        self.loss = popnn.calc_loss(g, self.logits, self.labels, self.loss_seq, name="loss",
+                                    num_correct=True, grad_scale=grad_scale)
+        backward = prog.Sequence(name="backward")
+        grads, _ = build_backward(g, builds, self.loss.grad, backward,
+                                  recompute=self.config.recompute)
+        for p in (self.forward, self.loss_seq, backward):
+            train.add(p)
+        return StepResult(self.loss.loss.reshape([1]), self.loss.num_correct.reshape([1]),
+                          grads)
+
+    def _update(self, step: StepResult, optimizer):
+        """All-reduce the gradients over the replicas, apply them, advance the Dropout seed."""
+        g, keys = self.g, list(self.weights)
+        update = prog.Sequence(name="update")
+        if keys:
+            grad_flat = all_reduce_gradients(g, flat([step.grads[k] for k in keys]), update,
+                                             self.config.replicas)
+            optimizer.build(g, flat([self.weights[k] for k in keys]), grad_flat, update,
+                            grad_scale=1.0 / self.config.scale)
+            if optimizer.velocity is not None:
+                g.create_host_write("write/sgd/velocity", optimizer.velocity)
+        if self.seed is not None:      # next step, next masks
+            popops.map_in_place(g, _1 + 1, [self.seed.slice(0, 1)], update, "dropout/next_seed")
+        return update
+
+    # --- program 1 -------------------------------------------------------------------------
+    def evaluation_program(self):
+        """The evaluation step: the training step's forward when nothing differs (no Dropout,
+        no pipeline), else a forward of its own (micro-batched through a pipeline)."""
+        B = self.config.batch_size
+        ins, (e_loss, e_correct, e_pred) = self._fifos("eval", [
+            ("loss", FLOAT, 1), ("correct", INT, 1), ("predictions", INT, B)])
+        ev = self._batch_in("evaluation step", ins)
+        if self.forward is not None and self.seed is None:
+            ev.add(self.forward)
+            ev.add(self.loss_seq)
+            logits, loss = self.logits, self.loss
+        else:
+            if self.stages:
+                _, parts = pipelined_forward(self.g, self.model, self.stages, self.x,
+                                             self.params, ev, self.config.micro, train=False,
+                                             prefix="eval/")
+                logits = concat(parts)
+            else:
+                logits, _ = build_forward(self.g, self.model, self.x, self.params, ev,
+                                          train=False, prefix="eval/")
+            loss = popnn.calc_loss(self.home(len(self.model) - 1), logits, self.labels, ev,
+                                   name="eval/loss", num_correct=True)
+        pred = popnn.arg_max(self.g, logits, ev, "predictions")
+        ev.add(prog.Copy(loss.loss.reshape([1]), e_loss))
+        ev.add(prog.Copy(loss.num_correct.reshape([1]), e_correct))
+        ev.add(prog.Copy(pred, e_pred))
+        return ev
+
+
+__all__ = ["StepGraph", "TRAIN", "EVAL"]
