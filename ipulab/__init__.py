@@ -1,19 +1,25 @@
-"""ipulab: learn how a Graphcore IPU computes by simulating one."""
+"""ipulab: learn how a Graphcore IPU computes by simulating one.
+
+Everything is loaded on first use (`ipulab.poplar`, `from ipulab import Graph, viz`), so
+`import ipulab` and the `ipulab` command's parser stay quick: numba comes with poplar."""
 import importlib
 
-from . import arch, devices, errors, poplar, poputil
-from .devices import Device, IPUModel
-from .poplar import Engine, Graph
-from .target import Target
+from .version import __version__
 
-__version__ = "0.1.0"
-# Loaded on first use, so `import ipulab` stays quick: `ipulab.popops`, `from ipulab import viz`.
-_LAZY = ("popops", "poplin", "popnn", "poprand", "gcl", "viz", "widgets", "data", "nn")
-__all__ = ["arch", "devices", "errors", "poplar", "poputil", "Device", "IPUModel", "Engine",
-           "Graph", "Target", "__version__", *_LAZY]
+_MODULES = ("arch", "devices", "errors", "poplar", "poputil", "popops", "poplin", "popnn",
+            "poprand", "gcl", "viz", "widgets", "data", "nn")
+_NAMES = {"Device": "devices", "IPUModel": "devices", "Engine": "poplar", "Graph": "poplar",
+          "Target": "target"}
+__all__ = [*_MODULES, *_NAMES, "__version__"]
 
 
 def __getattr__(name):
-    if name in _LAZY:
+    if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in _NAMES:
+        return getattr(importlib.import_module(f".{_NAMES[name]}", __name__), name)
     raise AttributeError(f"module 'ipulab' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ..version import __version__
+
 PIP = f"{sys.executable} -m pip install"
 REQUIRED = [("numpy", "numpy", None), ("numba", "numba", "0.57"), ("bokeh", "bokeh", "3.0"),
             ("ipywidgets", "ipywidgets", "8.0"), ("jupyter_bokeh", "jupyter_bokeh", "3.0"),
@@ -38,12 +40,8 @@ def check_versions() -> list[Finding]:
     out.append(Finding("python", py >= (3, 10), f"{sys.version.split()[0]} at {sys.executable}",
                        "" if py >= (3, 10) else "install Python 3.10 or newer and recreate the "
                        "environment (make distclean && make lab)"))
-    try:
-        import ipulab
-        out.append(Finding("ipulab", True, f"{ipulab.__version__} from "
-                           f"{Path(ipulab.__file__).resolve().parent}"))
-    except Exception as e:     # pragma: no cover - we are running inside ipulab
-        out.append(Finding("ipulab", False, str(e), f'{PIP} -e ".[dev]"   (in the ipulab checkout)'))
+    out.append(Finding("ipulab", True, f"{__version__} from "
+                       f"{Path(__file__).resolve().parent.parent}"))
     for module, dist, minimum in REQUIRED:      # found, not imported: the doctor stays quick
         try:
             if importlib.util.find_spec(module) is None:
