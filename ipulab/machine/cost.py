@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import deal_to_workers
+from .kernels import deal_to_workers, first_of_pairs
 
 
 def _ceil_div(a: np.ndarray, b: int) -> np.ndarray:
@@ -49,10 +49,9 @@ def exchange_cost(target, src_tile: np.ndarray, dst_tile: np.ndarray, nbytes: np
     on_tile = np.bincount(src_tile[same], weights=nbytes[same], minlength=T).astype(np.int64)
     sent = local
     if src_start is not None and local.any():
-        runs = np.stack([src_start[local], nbytes[local]], axis=1)
-        first = np.unique(runs, axis=0, return_index=True)[1]
         sent = np.zeros_like(local)
-        sent[np.flatnonzero(local)[first]] = True
+        sent[local] = first_of_pairs(np.ascontiguousarray(src_start[local], np.int64),
+                                     np.ascontiguousarray(nbytes[local], np.int64))
     out_b = np.bincount(src_tile[sent], weights=nbytes[sent], minlength=T).astype(np.int64)
     in_b = np.bincount(dst_tile[local], weights=nbytes[local], minlength=T).astype(np.int64)
     busiest = np.maximum(in_b, out_b)

@@ -2,17 +2,41 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
 from .cost import exchange_cost
-from .kernels import copy_runs, element_runs
+from .kernels import copy_runs, copy_runs_replicated, element_runs
+
+
+class Traffic(NamedTuple):
+    """What a plan moves between tiles: (src_tile, dst_tile, bytes) per run that leaves its
+    tile, for replica 0, repeated `replicas` times `tile_stride` tiles apart."""
+
+    src_tile: np.ndarray
+    dst_tile: np.ndarray
+    nbytes: np.ndarray
+    replicas: int = 1
+    tile_stride: int = 0
+
+    def expand(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every replica's runs: (src_tile, dst_tile, bytes)."""
+        if self.replicas == 1:
+            return self.src_tile, self.dst_tile, self.nbytes
+        shift = np.repeat(np.arange(self.replicas, dtype=np.int64) * self.tile_stride,
+                          self.src_tile.size)
+        return (np.tile(self.src_tile, self.replicas) + shift,
+                np.tile(self.dst_tile, self.replicas) + shift,
+                np.tile(self.nbytes, self.replicas))
 
 
 def intervals_overlap(a_start, a_len, b_start, b_len) -> bool:
     """Whether any interval of set a intersects any interval of set b."""
     if a_start.size == 0 or b_start.size == 0:
         return False
+    if (a_start + a_len).max() <= b_start.min() or (b_start + b_len).max() <= a_start.min():
+        return False          # apart as a whole (a buffer filled from variables, say)
     order = np.argsort(a_start, kind="stable")
     s = a_start[order]
     reach = np.maximum.accumulate(s + a_len[order])
@@ -25,8 +49,13 @@ class CopyPlan:
     """Copy src elements to dst elements of one arena, compiled once.
 
     Runs never cross a tile boundary, so each run has one source and one destination tile and
-    the plan knows exactly how many bytes every tile sends and receives.
+    the plan knows exactly how many bytes every tile sends and receives. A replicated plan
+    (replicated()) holds replica 0's runs and, per run, how far replica i's source and
+    destination are (i times the strides): one call still copies every replica's runs.
     """
+
+    replicas = 1
+    tile_stride = 0
 
     def __init__(self, target, src: np.ndarray, dst: np.ndarray, src_tile: np.ndarray,
                  dst_tile: np.ndarray, elem_bytes: int):
@@ -67,9 +96,31 @@ class CopyPlan:
         self._runs = tuple(np.ascontiguousarray(t, itype) for t in tables)
         self._target = target
 
+    def replicated(self, replicas: int, src_stride, dst_stride, tile_stride: int) -> "CopyPlan":
+        """This plan (replica 0's) run on every replica: replica i's run r copies from
+        src_start[r] + i * src_stride[r] to dst_start[r] + i * dst_stride[r], its tiles
+        tile_stride * i further on."""
+        if replicas == 1:
+            return self
+        plan = CopyPlan.__new__(CopyPlan)
+        plan.__dict__.update(self.__dict__)
+        plan.__dict__.pop("cycles", None)
+        plan.replicas, plan.tile_stride = int(replicas), int(tile_stride)
+        plan.num_elements = self.num_elements * replicas
+        top = max(int(self._runs[0].max(initial=0)), int(self._runs[-2].max(initial=0))) + \
+            (replicas - 1) * max(int(np.max(src_stride, initial=0)),
+                                 int(np.max(dst_stride, initial=0))) + \
+            int(self.length.max(initial=0))
+        itype = np.uint32 if top < 2**32 and self._runs[0].dtype == np.uint32 else np.int64
+        plan._runs = tuple(np.ascontiguousarray(t, itype) for t in self._runs)
+        plan._strides = tuple(np.ascontiguousarray(np.broadcast_to(x, self.length.shape), itype)
+                              for x in (src_stride, dst_stride))
+        return plan
+
     @cached_property
     def cycles(self) -> dict:
-        """Per-tile cycles of this copy alone (a compiler costs whole phases of plans at once)."""
+        """Per-tile cycles of replica 0's runs alone (a compiler costs whole phases of plans at
+        once)."""
         return exchange_cost(self._target, self.src_tile, self.dst_tile, self.bytes,
                              self.src_start)
 
@@ -78,13 +129,21 @@ class CopyPlan:
             return
         if self.staged:
             src, tmp_start, dst, length = self._runs
-            tmp = np.empty(self.num_elements, src_arena.dtype)
-            copy_runs(src_arena, tmp, src, tmp_start, length)
-            copy_runs(tmp, dst_arena, tmp_start, dst, length)
+            n = self.num_elements // self.replicas
+            for i in range(self.replicas):
+                s, d = (src, dst) if i == 0 else (src + i * self._strides[0],
+                                                  dst + i * self._strides[1])
+                tmp = np.empty(n, src_arena.dtype)
+                copy_runs(src_arena, tmp, s, tmp_start, length)
+                copy_runs(tmp, dst_arena, tmp_start, d, length)
+        elif self.replicas > 1:
+            copy_runs_replicated(src_arena, dst_arena, *self._runs, *self._strides,
+                                 self.replicas)
         else:
             copy_runs(src_arena, dst_arena, *self._runs)
 
-    def traffic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(src_tile, dst_tile, bytes) per run that leaves its tile."""
+    def traffic(self) -> Traffic:
+        """What leaves its tile, run by run (replica 0's, and how it repeats)."""
         moved = self.src_tile != self.dst_tile
-        return self.src_tile[moved], self.dst_tile[moved], self.bytes[moved]
+        return Traffic(self.src_tile[moved], self.dst_tile[moved], self.bytes[moved],
+                       self.replicas, self.tile_stride)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.typed import Dict
 
 
 @njit(cache=True, nogil=True)
@@ -143,3 +144,120 @@ def first_marked(ids, starts, lengths, slots, mark, lo):
             if 0 <= j < mark.shape[0] and mark[j]:
                 return s, ids[i]
     return -1, -1
+
+
+_KEY3 = types.UniTuple(types.int64, 3)
+
+
+@njit(cache=True, nogil=True)
+def _slot_hash(ids, b, n):
+    h = np.uint64(1469598103934665603)
+    for i in range(b, b + n):
+        h = (h ^ np.uint64(ids[i])) * np.uint64(1099511628211)
+    return np.int64(h >> np.uint64(1))
+
+
+@njit(cache=True, nogil=True)
+def alias_slots(ids, starts, lengths, tiles, cand):
+    """For each candidate slot, in order: the position (in cand) of the first earlier
+    candidate on the same tile with exactly the same element addresses, or -1. Slots are
+    found by a hash of their addresses, then compared element by element."""
+    out = np.full(cand.shape[0], -1, np.int64)
+    seen = Dict.empty(key_type=_KEY3, value_type=types.int64)
+    for j in range(cand.shape[0]):
+        s = cand[j]
+        b, n = starts[s], lengths[s]
+        h = _slot_hash(ids, b, n)
+        while True:
+            key = (tiles[s], n, h)
+            if key not in seen:
+                seen[key] = j
+                break
+            k = seen[key]
+            t = starts[cand[k]]
+            same = True
+            for i in range(n):
+                if ids[b + i] != ids[t + i]:
+                    same = False
+                    break
+            if same:
+                out[j] = k
+                break
+            h += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
+def row_hashes(values, counts):
+    """A hash of each row of a ragged array (row r: the next counts[r] values)."""
+    out = np.empty(counts.shape[0], np.int64)
+    b = 0
+    for r in range(counts.shape[0]):
+        out[r] = _slot_hash(values, b, counts[r])
+        b += counts[r]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def first_of_pairs(a, b):
+    """True where (a[i], b[i]) occurs for the first time: an open-addressing hash table, one
+    pass (a sort would take n log n)."""
+    n = a.shape[0]
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    slot_of = np.full(size, -1, np.int64)
+    first = np.zeros(n, np.bool_)
+    for i in range(n):
+        h = (np.uint64(a[i]) * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(b[i])
+        k = np.int64((h >> np.uint64(17)) & np.uint64(mask))
+        while True:
+            j = slot_of[k]
+            if j < 0:
+                slot_of[k] = i
+                first[i] = True
+                break
+            if a[j] == a[i] and b[j] == b[i]:
+                break
+            k = (k + 1) & mask
+    return first
+
+
+@njit(cache=True, nogil=True)
+def copy_runs_replicated(src, dst, src_start, dst_start, length, src_stride, dst_stride,
+                         replicas):
+    """copy_runs for every replica: replica i's run r is shifted by i * src_stride[r] and
+    i * dst_stride[r]."""
+    for i in range(replicas):
+        for r in range(length.shape[0]):
+            n = length[r]
+            s, d = src_start[r] + i * src_stride[r], dst_start[r] + i * dst_stride[r]
+            if n <= 8:
+                for k in range(n):
+                    dst[d + k] = src[s + k]
+                continue
+            a = src[s:s + n]
+            b = dst[d:d + n]
+            for k in range(n):
+                b[k] = a[k]
+
+
+@njit(cache=True, nogil=True)
+def first_repeat(ids):
+    """The lowest address that occurs more than once in ids, or -1 (a mark per address over
+    the span)."""
+    if ids.shape[0] < 2:
+        return -1
+    lo, hi = ids[0], ids[0]
+    for a in ids:
+        lo = min(lo, a)
+        hi = max(hi, a)
+    seen = np.zeros(hi - lo + 1, np.bool_)
+    found = -1
+    for a in ids:
+        if seen[a - lo]:
+            if found < 0 or a < found:
+                found = a
+        seen[a - lo] = True
+    return found

@@ -32,7 +32,11 @@ class TileMemory:
         m_tile, m_size, m_owner, m_offset = _nonempty(*(shared or ((),) * 4))
         # one not-always-live area per tile, up to where its highest member ends
         area = np.zeros(num_tiles, np.int64)
-        np.maximum.at(area, m_tile, m_offset + self._align(m_size))
+        if m_tile.size:
+            ends = m_offset + self._align(m_size)
+            order = np.lexsort((ends, m_tile))          # each tile's highest end last
+            last = np.r_[m_tile[order][1:] != m_tile[order][:-1], True]
+            area[m_tile[order][last]] = ends[order][last]
         regions = np.flatnonzero(area)
         r_size = area[regions]
         n, variables = tiles.size, CATEGORY["variables"]
@@ -40,8 +44,9 @@ class TileMemory:
         s_size = np.concatenate([sizes, r_size])
         s_cat = np.concatenate([categories, np.full(regions.size, variables)])
         address = self._place(s_tile, s_size, s_cat)
-        self.by_category = np.zeros((len(CATEGORIES), num_tiles), np.int64)
-        np.add.at(self.by_category, (s_cat, s_tile), self._align(s_size))
+        self.by_category = np.bincount(s_cat * num_tiles + s_tile, weights=self._align(s_size),
+                                       minlength=len(CATEGORIES) * num_tiles).astype(
+            np.int64).reshape(len(CATEGORIES), num_tiles)
         self.total = self.by_category.sum(axis=0)
         self.shared_bytes = area
         # the listed allocations: requests, and each shared variable at its area's address
@@ -50,7 +55,7 @@ class TileMemory:
         area_address[regions] = address[n:]
         tile = np.concatenate([tiles, m_tile])
         address = np.concatenate([address[:n], area_address[m_tile] + m_offset])
-        order = np.lexsort((np.arange(tile.size), address, tile))
+        order = np.lexsort((address, tile))            # stable: ties keep request order
         self.tile, self.address = tile[order], address[order]
         self.size = np.concatenate([sizes, m_size])[order]
         self.category = np.concatenate(
@@ -63,7 +68,7 @@ class TileMemory:
 
     def _place(self, tiles, sizes, categories) -> np.ndarray:
         """Addresses: per tile, in category order, then request order, each aligned."""
-        order = np.lexsort((np.arange(tiles.size), categories, tiles))
+        order = np.lexsort((categories, tiles))        # stable: request order within
         aligned = self._align(sizes[order])
         starts = np.cumsum(aligned) - aligned
         first = np.searchsorted(tiles[order], tiles[order], side="left")

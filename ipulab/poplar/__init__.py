@@ -2,7 +2,8 @@
 from . import program
 from .engine import Engine
 from .graph import Graph
-from .state import ComputeSet, DataStream, RemoteBuffer, VertexRef
+from .state import ComputeSet, DataStream, RemoteBuffer
+from .vertices import Regions, VertexRange, VertexRef
 from .parallel import parallel
 from .profile import Profile
 from .program import SyncType
@@ -10,7 +11,6 @@ from .tensor import Tensor, concat
 from .types import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Type
 from .vertex import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
 
-__all__ = ["program", "parallel", "Engine", "ComputeSet", "DataStream", "Graph", "RemoteBuffer", "VertexRef",
-           "Profile",
-           "SyncType", "Tensor", "concat", "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
+__all__ = ["program", "parallel", "Engine", "ComputeSet", "DataStream", "Graph", "RemoteBuffer",
+           "VertexRef", "Regions", "VertexRange", "Profile", "SyncType", "Tensor", "concat", "BOOL", "FLOAT", "HALF", "INT", "UNSIGNED_INT",
            "Type", "InOut", "Input", "MultiVertex", "Output", "Vector", "VectorList", "Vertex"]

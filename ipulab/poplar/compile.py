@@ -39,7 +39,7 @@ class Compiled:
         self.arena_sizes: dict[str, int] = {}
         self.memory: TileMemory | None = None
         self.vertex_stats: dict[str, dict] = {}
-        self.traffic: dict[int, tuple] = {}   # step index -> (src_tile, dst_tile, bytes)
+        self.traffic: dict[int, list] = {}    # step index -> [Traffic of each copy plan]
         self.replication_factor = 1
         self.replica_stride: dict[str, int] = {}   # per arena: V, replica i's variables at i*V
         self.liveness: Liveness | None = None
@@ -72,9 +72,9 @@ class Compiler:
                 self.is_const[v.dtype.storage.name][v.offset:v.offset + v.size] = True
         self.cs_steps: dict[int, bsp.Step] = {}
         self.buffers = np.zeros(self.T, np.int64)   # per tile: largest exchange buffer set
-        self.code_pairs: set = set()
+        self.code_tiles: dict[str, np.ndarray] = {}   # codelet -> the tiles it runs on
         self.vstate = np.zeros(self.T, np.int64)
-        self._vertex_groups = None
+        self._by_cs = None
         self.var_index = VariableIndex(state.variables)
         self.touches: dict[int, tuple] = {}   # step index -> (variables read, written)
 
@@ -94,6 +94,8 @@ class Compiler:
             cyc = exchange_cost(self.target, np.concatenate([p.src_tile for p, _ in plans]),
                                 np.concatenate([p.dst_tile for p, _ in plans]),
                                 np.concatenate([p.bytes for p, _ in plans]), start)
+            if plans[0][0].replicas > 1:    # replica 0's runs: every replica costs the same
+                cyc = {k: self.rep.per_tile(v) for k, v in cyc.items()}
         else:
             cyc = {k: np.zeros(self.T, np.int64) for k in ("exchange", "inter_ipu_exchange",
                                                            "on_tile_copy")}
@@ -112,18 +114,14 @@ class Compiler:
         self.touches[step.index] = (of(reads), of(writes))
 
     def record_traffic(self, index: int, plans: list) -> None:
-        parts = [p.traffic() for p in plans]
-        if parts:
-            self.out.traffic[index] = tuple(np.concatenate(x) for x in zip(*parts))
+        if plans:
+            self.out.traffic[index] = [p.traffic() for p in plans]
 
-    def vertices_of(self, cs_id: int) -> np.ndarray:
-        if self._vertex_groups is None:
-            v_cs = np.asarray(self.st.v_cs, np.int64)
-            order = np.argsort(v_cs, kind="stable")
-            bounds = np.searchsorted(v_cs[order], np.arange(len(self.st.compute_sets) + 1))
-            self._vertex_groups = (order, bounds)
-        order, bounds = self._vertex_groups
-        return order[bounds[cs_id]:bounds[cs_id + 1]]
+    def groups_of(self, cs_id: int) -> list:
+        """The vertex groups of a compute set, in vertex id order."""
+        if self._by_cs is None:
+            self._by_cs = self.st.vertices.by_compute_set(len(self.st.compute_sets))
+        return self._by_cs[cs_id]
 
     # --- checks --------------------------------------------------------------------------------
     def check_mapping(self) -> None:
@@ -155,7 +153,8 @@ class Compiler:
     def execute(self, p: prog.Execute) -> bsp.Step:
         """A compute set's step: lowered once, however many times it is executed."""
         if p.cs.id not in self.cs_steps:
-            self.cs_steps[p.cs.id] = ComputeSetLowering(self, p.cs).lower()
+            self.cs_steps[p.cs.id] = ComputeSetLowering(self, p.cs,
+                                                        self.groups_of(p.cs.id)).lower()
         return self.cs_steps[p.cs.id]
 
     def sync(self, p: prog.Sync) -> bsp.Step:

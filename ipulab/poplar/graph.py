@@ -8,11 +8,11 @@ import numpy as np
 
 from ..errors import GraphError
 from ..target import Target
-from .state import ComputeSet, DataStream, FieldRef, GraphState, RemoteBuffer, Variable, \
-    VertexRef
+from .state import ComputeSet, DataStream, GraphState, RemoteBuffer, Variable
 from .tensor import Tensor
 from .types import as_type, round_half
 from .vertex import Vertex, codelet_spec
+from .vertices import Conn, FieldRef, Regions, VertexGroup, VertexRange, VertexRef
 
 
 class Graph:
@@ -160,28 +160,35 @@ class Graph:
         return list(self._state.compute_sets)
 
     def num_vertices(self) -> int:
-        return len(self._state.v_cs)
+        return self._state.vertices.count
 
     def get_vertices(self, cs: ComputeSet | None = None) -> list[VertexRef]:
         """Every vertex of the graph, or of one compute set, in the order they were added."""
         st = self._state
-        if cs is None:
-            return [VertexRef(st, v) for v in range(len(st.v_cs))]
-        return [VertexRef(st, v) for v in
-                np.flatnonzero(np.asarray(st.v_cs, np.int64) == cs.id).tolist()]
+        return [VertexRef(st, v) for g in st.vertices.groups if cs is None or g.cs == cs.id
+                for v in range(g.first, g.first + g.n)]
 
     # --- mapping ------------------------------------------------------------------------------
     def set_tile_mapping(self, target, tile) -> None:
-        """Map a tensor's elements (or a vertex) to a tile; or a tensor by a tile mapping list."""
+        """Map a tensor's elements (or a vertex) to a tile; or a tensor by a tile mapping list
+        (per tile, [begin, end) intervals), or in bulk by a numpy array of one tile per
+        flattened element."""
         if isinstance(target, VertexRef):
-            self._state.v_tile[target.id] = self._tile(tile)
+            group, i = self._state.group_of(target.id)
+            group.tiles[i] = self._tile(tile)
             return
         self.check_tensor(target)
         tile_of = self._state.arena(target.dtype).tile_of
         if isinstance(tile, (list, tuple)):
             self._set_mapping_list(target, tile)
-            return
-        tile_of[target.ids.ravel()] = self._tile(tile)
+        elif isinstance(tile, np.ndarray):
+            if tile.shape != (target.num_elements(),):
+                raise GraphError(f"tensor '{target.name}': a tile array needs one tile per "
+                                 f"element ({target.num_elements()}), not shape "
+                                 f"{list(tile.shape)}")
+            tile_of[target.ids.ravel()] = self._tiles(tile) if tile.size else tile
+        else:
+            tile_of[target.ids.ravel()] = self._tile(tile)
 
     def _set_mapping_list(self, tensor: Tensor, mapping) -> None:
         """Apply a per-tile list of intervals; checked in full first, so a bad one changes nothing."""
@@ -229,9 +236,8 @@ class Graph:
         self._state.compute_sets.append(cs)
         return cs
 
-    def add_vertex(self, cs: ComputeSet, codelet, connections: dict | None = None,
-                   tile: int | None = None) -> VertexRef:
-        """A vertex of a codelet (name or class) in a compute set, optionally connected and mapped."""
+    def _codelet(self, cs: ComputeSet, codelet) -> type:
+        """The codelet class of a new vertex (registered now if given as a class)."""
         st = self._state
         if not isinstance(cs, ComputeSet) or cs.graph is not st:
             raise GraphError(f"{cs!r} is not a compute set of this graph")
@@ -240,16 +246,19 @@ class Graph:
                 known = ", ".join(sorted(st.codelets)) or "none yet"
                 raise GraphError(f"unknown codelet {codelet!r}: call g.add_codelets(...) first "
                                  f"(known: {known})")
-            cls = st.codelets[codelet]
-        else:
+            return st.codelets[codelet]
+        if codelet not in st.codelet_params:
             self.add_codelets(codelet)
-            cls = codelet
-        vid = len(st.v_cs)
-        st.v_cs.append(cs.id)
-        st.v_codelet.append(cls)
-        st.v_tile.append(-1)
-        st.v_estimate.append(-1)
-        st.v_conns.append({})
+        return codelet
+
+    def add_vertex(self, cs: ComputeSet, codelet, connections: dict | None = None,
+                   tile: int | None = None) -> VertexRef:
+        """A vertex of a codelet (name or class) in a compute set, optionally connected and mapped."""
+        st = self._state
+        cls = self._codelet(cs, codelet)
+        vid = st.vertices.count
+        st.vertices.add(VertexGroup(cs.id, cls, vid, np.full(1, -1, np.int64),
+                                    np.full(1, -1, np.int64), {}, True))
         v = VertexRef(st, vid)
         try:
             for key, tensor in (connections or {}).items():
@@ -257,10 +266,86 @@ class Graph:
             if tile is not None:
                 self.set_tile_mapping(v, tile)
         except GraphError:
-            for lst in (st.v_cs, st.v_codelet, st.v_tile, st.v_estimate, st.v_conns):
-                lst.pop()
+            st.vertices.pop()
             raise
         return v
+
+    def add_vertices(self, cs: ComputeSet, codelet, tiles, connections: dict,
+                     estimates=None) -> VertexRange:
+        """Many vertices of one codelet in one call: vertex v on tiles[v], each field
+        connected as `connections` says for every vertex (a poplar.Regions, or a tensor whose
+        row v vertex v takes, as connect(v[field], tensor[v]) would), with the checks and
+        messages of add_vertex and connect; nothing is added if one fails. estimates: fixed
+        cycle estimates (as set_perf_estimate), one per vertex. Returns the vertices made."""
+        st = self._state
+        cls = self._codelet(cs, codelet)
+        tiles = self._tiles(tiles)
+        n, vid = tiles.size, st.vertices.count
+        group = VertexGroup(cs.id, cls, vid, tiles, np.full(n, -1, np.int64), {}, False)
+        st.vertices.add(group)
+        try:
+            by_name = {f.name: f for f in cls.fields}
+            for key, spec in connections.items():
+                st.field_of(vid, key)
+                group.conns[key] = self._bulk_conn(by_name[key], spec, n, vid)
+            missing = [f.name for f in cls.fields if f.name not in group.conns]
+            if missing and n:
+                raise GraphError(f"add_vertices: field '{missing[0]}' of "
+                                 f"{st.describe_vertex(vid)} is not connected (add_vertices "
+                                 "connects every field)")
+            if estimates is not None:
+                group.estimates = self._estimates(estimates, n)
+        except GraphError:
+            st.vertices.pop()
+            raise
+        return VertexRange(st, vid, n)
+
+    def _tiles(self, tiles) -> np.ndarray:
+        """Tiles of this graph (an int, or one per vertex) -> top-level tile numbers."""
+        t = np.atleast_1d(np.asarray(tiles))
+        if t.dtype.kind not in "iu" or t.ndim != 1:
+            raise GraphError(f"tiles must be integers, one per vertex, not {tiles!r}")
+        n = self._hi - self._lo
+        bad = np.flatnonzero((t < 0) | (t >= n))
+        if bad.size:
+            raise GraphError(f"tile {int(t[bad[0]])} does not exist: this graph has tiles 0 to "
+                             f"{n - 1}")
+        return t.astype(np.int64) + self._lo
+
+    @staticmethod
+    def _estimates(estimates, n: int) -> np.ndarray:
+        e = np.asarray(estimates)
+        if e.shape != (n,) or e.dtype.kind not in "iu" or (e < 0).any():
+            raise GraphError(f"add_vertices: estimates must be {n} ints >= 0, one per vertex")
+        return e.astype(np.int64)
+
+    def _bulk_conn(self, f, spec, n: int, vid: int) -> Conn:
+        """A field's bulk connection, checked as connect() checks one vertex's."""
+        st = self._state
+        if isinstance(spec, Tensor):
+            if spec.rank == 0 or spec.shape[0] != n:
+                raise GraphError(f"add_vertices: field '{f.name}' takes a tensor with one row "
+                                 f"per vertex ({n}), not '{spec.name}' of shape "
+                                 f"{list(spec.shape)}")
+            spec = _rows(spec, f.kind == "vector_list")
+        if not isinstance(spec, Regions):
+            raise GraphError(f"add_vertices: field '{f.name}' takes a poplar.Regions or a "
+                             f"tensor, not {type(spec).__name__}")
+        t = self.check_tensor(spec.tensor)
+        if spec.num_vertices != n:
+            raise GraphError(f"add_vertices: field '{f.name}' has regions for "
+                             f"{spec.num_vertices} vertices, not {n}")
+        what = f"field '{f.name}' of {st.describe_vertex(vid)}"
+        if t.dtype is not f.dtype:
+            raise GraphError(f"{what} is {f.dtype} but tensor '{t.name}' is {t.dtype}")
+        if f.kind == "scalar":
+            sizes = spec.vertex_sizes()
+            bad = np.flatnonzero(sizes != 1)
+            if bad.size:
+                raise GraphError(f"field '{f.name}' of {st.describe_vertex(vid + int(bad[0]))} "
+                                 f"is a scalar but tensor '{t.name}' has {int(sizes[bad[0]])} "
+                                 "elements")
+        return Conn.bulk(spec, joined=f.kind != "vector_list")
 
     def connect(self, field: FieldRef, tensor) -> None:
         """Connect a vertex field to a tensor (a list of tensors or a 2-D tensor for VectorList)."""
@@ -269,6 +354,9 @@ class Graph:
         st, vid = self._state, field.vertex.id
         f = st.field_of(vid, field.field)
         what = f"field '{f.name}' of {st.describe_vertex(vid)}"
+        group, _ = st.group_of(vid)
+        if not group.single:
+            raise GraphError(f"{what} was connected by add_vertices, with its group")
         if f.kind == "vector_list":
             parts = list(tensor) if isinstance(tensor, (list, tuple, Tensor)) else None
             if parts is None:
@@ -282,14 +370,15 @@ class Graph:
             if f.kind == "scalar" and t.num_elements() != 1:
                 raise GraphError(f"{what} is a scalar but tensor '{t.name}' has "
                                  f"{t.num_elements()} elements")
-        st.v_conns[vid][f.name] = parts if f.kind == "vector_list" else tensor
+        group.conns[f.name] = Conn.single(parts)
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
         """Fix a vertex's cycle estimate (worker-issue cycles), overriding its codelet's."""
         if not isinstance(vertex, VertexRef) or cycles < 0:
             raise GraphError(f"set_perf_estimate needs a vertex and cycles >= 0, got "
                              f"{vertex!r}, {cycles!r}")
-        self._state.v_estimate[vertex.id] = int(cycles)
+        group, i = self._state.group_of(vertex.id)
+        group.estimates[i] = int(cycles)
 
     # --- host handles and streams ----------------------------------------------------------
     def _new_handle(self, name: str) -> None:
@@ -345,6 +434,18 @@ class Graph:
                 f"{capacity:,} bytes of streaming memory of {st.target.system.description}")
         st.remote_buffers[name] = buf
         return buf
+
+
+def _rows(t: Tensor, lists: bool) -> Regions:
+    """Row v of t for vertex v, as connect(v[field], t[v]) takes it: one region (a scalar or
+    Vector field), or a VectorList of the row's rows (its elements if the row is 1-D)."""
+    n = t.shape[0]
+    if not lists:
+        return Regions.rows(t)
+    per = int(np.prod(t.shape[2:], dtype=np.int64)) if t.rank > 2 else 1
+    k = t.shape[1] if t.rank > 1 else 1
+    starts = np.arange(n * k, dtype=np.int64) * per
+    return Regions(t, starts, starts + per, np.full(n, k, np.int64))
 
 
 def _check_replication(target: Target, r) -> None:

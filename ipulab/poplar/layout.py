@@ -50,9 +50,7 @@ def _overheads(c) -> list[tuple[str, str, np.ndarray]]:
     """(name, category, bytes per tile) of what is not a variable: vertex state, exchange
     buffers, codelet code (per codelet used on a tile) and control code (per active step)."""
     cost = c.target.cost
-    code = np.zeros(c.T, np.int64)
-    for t, _ in c.code_pairs:
-        code[t] += cost.codelet_code_bytes
+    code = cost.codelet_code_bytes * sum(c.code_tiles.values(), np.zeros(c.T, np.int64))
     control = np.zeros(c.T, np.int64)
     for step in c.out.steps:
         active = np.zeros(c.T, bool)

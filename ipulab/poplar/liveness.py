@@ -76,10 +76,11 @@ class VariableIndex:
         out = []
         for pick in picks:
             pick = pick[full]
-            parts = [v_lo[pick & one]]
-            for i in np.flatnonzero(pick & ~one).tolist():
-                parts.append(self._lookup(key, ids[st[i]:st[i] + ln[i]]))
-            out.append(self._distinct(np.concatenate(parts)))
+            many = np.flatnonzero(pick & ~one)
+            spread = ids[np.repeat(st[many] - np.cumsum(ln[many]) + ln[many], ln[many])
+                         + np.arange(int(ln[many].sum()))]
+            out.append(self._distinct(np.concatenate([v_lo[pick & one],
+                                                      self._lookup(key, spread)])))
         return out
 
 

@@ -1,11 +1,12 @@
 """Lowering a compute set: where each vertex field's data is, the exchanges that bring it, the
-batches that run it, and what it costs.
+batches that run it, and what it costs, from the graph's vertex columns (vertices.py).
 
 Each connected (vertex, field, region) is a *slot*. A slot whose elements are contiguous and on
 its vertex's tile is used in place; any other gets a buffer on the vertex's tile, filled by an
 exchange before the compute phase (and sent back after it for outputs). Then the vertices of
 each codelet become one Batch (one numba call), and the step's cycles are the compute set's
-compute phase plus its exchange phases.
+compute phase plus its exchange phases. Everything here works on arrays of slots and vertices:
+no Python per vertex.
 """
 from __future__ import annotations
 
@@ -17,64 +18,141 @@ from ..errors import GraphError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
-from ..machine.kernels import first_marked, slot_runs, slots_in_place
+from ..machine.kernels import alias_slots, first_marked, first_repeat, row_hashes, slot_runs, \
+    slots_in_place
 from .codelet import Batch, BatchPlan
 from .types import round_half
+from .vertices import per_vertex, ragged
+
+_EMPTY = np.zeros(0, np.int64)
 
 
 def first_duplicate(ids: np.ndarray):
-    """An address that occurs twice in ids, or None (linear time: a count over the span)."""
-    if ids.size < 2:
-        return None
-    lo = int(ids.min())
-    counts = np.bincount(ids - lo)
-    over = np.flatnonzero(counts > 1)
-    return lo + int(over[0]) if over.size else None
+    """An address that occurs twice in ids, or None (linear time: a mark over the span)."""
+    found = first_repeat(np.ascontiguousarray(ids, np.int64))
+    return None if found < 0 else int(found)
+
+
+@dataclass
+class Vertices:
+    """The vertices of a compute set in id order: id, batch (its codelet's position in
+    `codelets`), tile and fixed estimate (-1: none)."""
+
+    vid: np.ndarray
+    batch: np.ndarray
+    tile: np.ndarray
+    fixed: np.ndarray
+    codelets: list
 
 
 @dataclass
 class Slots:
-    """One row per slot of a compute set: vertex, field index, element addresses (one array
-    each), tensor, field, and where the vertex will find the data (offset, filled in)."""
+    """One row per slot of a compute set, vertex-major (then field, then region): vertex,
+    batch, field position in its codelet, region number, tile, where its element addresses
+    start in `ids`, its length, and where the vertex will find the data (offset, filled in).
+    conns[conn[s]] is the connection a slot came from, for messages."""
 
     vid: np.ndarray
+    batch: np.ndarray
     field: np.ndarray
-    ids: list
-    tensor: list
-    fields: list
-    length: np.ndarray
+    region: np.ndarray
     tile: np.ndarray
-    key: list
+    conn: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    ids: np.ndarray
+    conns: list
     offset: np.ndarray
 
-    @classmethod
-    def of(cls, st, vids: np.ndarray, v_tile: np.ndarray) -> "Slots":
-        vid, field, ids, tensor = [], [], [], []
-        for v in vids.tolist():
-            conns, codelet = st.v_conns[v], st.v_codelet[v]
-            if v_tile[v] < 0:
-                raise GraphError(f"{st.describe_vertex(v)} is not mapped to a tile; call "
-                                 "g.set_tile_mapping(v, tile)")
-            for fi, f in enumerate(codelet.fields):
-                if f.name not in conns:
-                    raise GraphError(f"field '{f.name}' of {st.describe_vertex(v)} is not "
-                                     "connected")
-                for t in conns[f.name] if f.kind == "vector_list" else [conns[f.name]]:
-                    vid.append(v), field.append(fi), ids.append(t.ids.ravel()), tensor.append(t)
-        n = len(vid)
-        vid, field = np.asarray(vid, np.int64), np.asarray(field, np.int64)
-        fields = [st.v_codelet[v].fields[f] for v, f in zip(vid.tolist(), field.tolist())]
-        return cls(vid, field, ids, tensor, fields,
-                   np.fromiter((a.size for a in ids), np.int64, n),
-                   v_tile[vid] if n else np.zeros(0, np.int64),
-                   [f.dtype.storage.name for f in fields], np.zeros(n, np.int64))
+    def elements(self, sel: np.ndarray) -> np.ndarray:
+        """The element addresses of the selected slots, concatenated."""
+        return self.ids[ragged(self.start[sel], self.length[sel])]
 
-    def by_vertex(self) -> dict[int, np.ndarray]:
-        """{vertex: its slots}."""
-        order = np.argsort(self.vid, kind="stable")
-        vids, first = np.unique(self.vid[order], return_index=True)
-        bounds = np.r_[first, order.size]
-        return {int(v): order[bounds[i]:bounds[i + 1]] for i, v in enumerate(vids)}
+    def name(self, s: int) -> str:
+        return self.conns[int(self.conn[s])].name(int(self.region[s]))
+
+
+class _Columns:
+    """Columns collected in order, from arrays (many values at once) or one value at a time
+    (kept in lists until the next arrays come: cheaper than an array per value)."""
+
+    def __init__(self, *names: str):
+        self.parts = {k: [] for k in names}
+        self.pending = {k: [] for k in names}
+
+    def add(self, **values) -> None:
+        for k, v in values.items():
+            self.pending[k].append(v)
+
+    def add_arrays(self, **arrays) -> None:
+        self._flush()
+        for k, v in arrays.items():
+            self.parts[k].append(np.asarray(v, np.int64))
+
+    def _flush(self) -> None:
+        for k, values in self.pending.items():
+            if values:
+                self.parts[k].append(np.array(values, np.int64))
+                values.clear()
+
+    def arrays(self) -> dict:
+        self._flush()
+        return {k: np.concatenate(v) if v else _EMPTY for k, v in self.parts.items()}
+
+
+def _add_group(g, b: int, conns, vertices: _Columns, slots: _Columns, ids: list,
+               all_conns: list) -> None:
+    """The columns of one vertex group, and of its slots (conns: (field position, Conn))."""
+    if g.single:
+        vid, tile = g.first, int(g.tiles[0])
+        vertices.add(vid=vid, batch=b, tile=tile, fixed=int(g.estimates[0]))
+        for fi, c in conns:
+            for r, n in enumerate(c.lengths.tolist()):
+                slots.add(vid=vid, batch=b, field=fi, region=r, tile=tile, conn=len(all_conns),
+                          length=n)
+            ids.append(c.ids)
+            all_conns.append(c)
+        return
+    vids = np.arange(g.first, g.first + g.n, dtype=np.int64)
+    vertices.add_arrays(vid=vids, batch=np.full(g.n, b), tile=g.tiles, fixed=g.estimates)
+    for fi, c in conns:
+        m = c.lengths.size
+        slots.add_arrays(vid=np.repeat(vids, c.counts), batch=np.full(m, b),
+                         field=np.full(m, fi), tile=np.repeat(g.tiles, c.counts),
+                         region=np.arange(m) - np.repeat(np.cumsum(c.counts) - c.counts,
+                                                         c.counts),
+                         conn=np.full(m, len(all_conns)), length=c.lengths)
+        ids.append(c.ids)
+        all_conns.append(c)
+
+
+def collect(st, groups) -> tuple[Vertices, Slots]:
+    """The vertex and slot columns of a compute set's groups; GraphError for the first vertex
+    (in id order) that is not mapped or has a field not connected."""
+    vertices = _Columns("vid", "batch", "tile", "fixed")
+    slots = _Columns("vid", "batch", "field", "region", "tile", "conn", "length")
+    ids, conns, codelets = [], [], []
+    for g in groups:
+        if g.codelet not in codelets:
+            codelets.append(g.codelet)
+        unmapped = np.flatnonzero(g.tiles < 0)
+        if unmapped.size:
+            raise GraphError(f"{st.describe_vertex(g.first + int(unmapped[0]))} is not mapped "
+                             "to a tile; call g.set_tile_mapping(v, tile)")
+        fields = []
+        for fi, f in enumerate(g.codelet.fields):
+            if f.name not in g.conns:
+                raise GraphError(f"field '{f.name}' of {st.describe_vertex(g.first)} is not "
+                                 "connected")
+            fields.append((fi, g.conns[f.name]))
+        _add_group(g, codelets.index(g.codelet), fields, vertices, slots, ids, conns)
+    v, s = vertices.arrays(), slots.arrays()
+    start = np.cumsum(s["length"]) - s["length"]
+    order = np.lexsort((s["region"], s["field"], s["vid"]))
+    return (Vertices(v["vid"], v["batch"], v["tile"], v["fixed"], codelets),
+            Slots(*(s[k][order] for k in ("vid", "batch", "field", "region", "tile", "conn")),
+                  start[order], s["length"][order], np.concatenate(ids) if ids else _EMPTY,
+                  conns, np.zeros(order.size, np.int64)))
 
 
 @dataclass
@@ -92,26 +170,36 @@ class ComputeSetLowering:
     """Lowers one compute set for a Compiler `c` (its shared state: graph, tile mapping,
     replicas, steps)."""
 
-    def __init__(self, c, cs):
+    def __init__(self, c, cs, groups):
         self.c, self.cs, self.st = c, cs, c.st
-        self.vids = c.vertices_of(cs.id)
-        self.v_tile = np.asarray(self.st.v_tile, np.int64)
+        self.v, self.slots = collect(c.st, groups)
+        # field objects per slot: by (batch, field position)
+        self.fields = [codelet.fields for codelet in self.v.codelets]
+
+    def _per_slot(self, value, sel=None) -> np.ndarray:
+        """value(field) of every slot's field (or of the selected slots')."""
+        width = max((len(f) for f in self.fields), default=0)
+        table = np.zeros((len(self.fields), max(width, 1)), np.int64)
+        for b, fields in enumerate(self.fields):
+            for fi, f in enumerate(fields):
+                table[b, fi] = value(f)
+        s = self.slots
+        return table[s.batch, s.field] if sel is None else table[s.batch[sel], s.field[sel]]
 
     def lower(self) -> bsp.Step:
-        c = self.c
-        slots = Slots.of(self.st, self.vids, self.v_tile)
+        c, slots = self.c, self.slots
         step = bsp.Step("execute", self.cs.name, c.T)
         c.rep.new_scratch()
         staging = Staging([], [], {}, np.zeros(c.T, np.int64))
-        types = np.asarray([f.dtype.name for f in slots.fields])
-        touched = [self._place(np.flatnonzero(types == name), slots, staging)
-                   for name in sorted(set(types.tolist()))]
+        types = self._type_codes()
+        touched = [self._place(np.flatnonzero(types == k), staging)
+                   for k in range(len(self._types))]
         staging.buffers = c.rep.per_tile(staging.buffers)
         c.buffers = np.maximum(c.buffers, staging.buffers)
         step.temporary_bytes = staging.buffers
         staging.half_out = {k: c.rep.addrs(k, idx) for k, idx in staging.half_out.items()}
-        batches, estimates = self._batches(slots, step)
-        self._vertex_state(slots)
+        batches, estimates = self._batches(step)
+        self._vertex_state()
         self._cost(step, staging, estimates)
         step.action = _action(staging, batches)
         for b in batches:
@@ -121,58 +209,58 @@ class ComputeSetLowering:
         c.touch(step, [r for r, _ in touched], [w for _, w in touched])
         return step
 
+    def _type_codes(self) -> np.ndarray:
+        """Per slot: the position of its field's type among the compute set's types (sorted by
+        name, as the slots of each type are placed in that order)."""
+        self._types = sorted({f.dtype.name for fields in self.fields for f in fields})
+        return self._per_slot(lambda f: self._types.index(f.dtype.name))
+
     # --- where each slot's data is --------------------------------------------------------------
-    def _place(self, sel: np.ndarray, slots: Slots, staging: Staging):
+    def _place(self, sel: np.ndarray, staging: Staging):
         """Place each slot's data (all of one type): in place, or in a buffer on its tile.
         Returns the variables the slots read and those they write, for liveness."""
-        c = self.c
-        dtype = slots.fields[sel[0]].dtype
+        c, slots = self.c, self.slots
+        if sel.size == 0:
+            return _EMPTY, _EMPTY
+        dtype = self.fields[slots.batch[sel[0]]][slots.field[sel[0]]].dtype
         key = dtype.storage.name
         lens = slots.length[sel]
-        cat = np.concatenate([slots.ids[i] for i in sel]) if sel.size else np.zeros(0, np.int64)
+        cat = slots.elements(sel)
         starts = np.cumsum(lens) - lens
-        reads = np.array([slots.fields[i].reads for i in sel], bool)
-        writes = np.array([slots.fields[i].writes for i in sel], bool)
-        self._check_hazards(key, sel, cat, starts, lens, reads, writes, slots)
+        reads = self._per_slot(lambda f: f.reads, sel).astype(bool)
+        writes = self._per_slot(lambda f: f.writes, sel).astype(bool)
+        self._check_hazards(key, sel, cat, starts, lens, reads, writes)
         direct = slots_in_place(cat, starts, lens, slots.tile[sel], c.tile_of[key])
         used = direct & (lens > 0)
         slots.offset[sel[used]] = cat[starts[used]]
         need = np.flatnonzero(~direct)
         if need.size:
-            self._buffer(key, dtype.size, sel, need, slots, (cat, starts, lens, reads, writes),
-                         staging)
-        # HALF outputs are rounded where the codelet wrote them
-        half = np.array([dtype.rounds_to_half and slots.fields[i].writes for i in sel], bool)
-        if half.any():
-            idx = [np.arange(slots.offset[i], slots.offset[i] + slots.length[i])
-                   for i in sel[half]]
-            staging.half_out[key] = np.concatenate(
-                idx + [staging.half_out.get(key, np.zeros(0, np.int64))])
+            self._buffer(key, dtype.size, sel, need, (cat, starts, lens, reads, writes), staging)
+        if dtype.rounds_to_half and writes.any():      # HALF outputs: rounded where written
+            w = sel[writes]
+            staging.half_out[key] = np.concatenate([
+                ragged(slots.offset[w], slots.length[w]),
+                staging.half_out.get(key, _EMPTY)])
         return c.var_index.of_segments(key, cat, lens, [reads, writes])
 
-    def _buffer(self, key, elem_bytes, sel, need, slots: Slots, flat, staging: Staging) -> None:
+    def _buffer(self, key, elem_bytes, sel, need, flat, staging: Staging) -> None:
         """Give slots that are remote or scattered a contiguous buffer on the vertex's tile,
         filled by an exchange before the compute phase and sent back after it for outputs.
 
         Vertices of one tile that read the same elements share one buffer: the data crosses
         the exchange once per tile, not once per vertex. flat: (cat, starts, lens, reads,
         writes) of the selected slots."""
-        c = self.c
+        c, slots = self.c, self.slots
         cat, starts, lens, reads, writes = flat
-        first_reader, aliases, own = {}, [], []
-        for i in need.tolist():
-            if reads[i] and not writes[i]:
-                k = (int(slots.tile[sel[i]]), slots.ids[sel[i]].tobytes())
-                if k in first_reader:
-                    aliases.append((i, first_reader[k]))
-                    continue
-                first_reader[k] = i
-            own.append(i)
-        need = np.asarray(own, np.int64)
+        tiles = slots.tile[sel]
+        read_only = need[reads[need] & ~writes[need]]
+        alias = alias_slots(cat, starts, lens, tiles, read_only)
+        shared = np.zeros(sel.size, np.int64) - 1
+        shared[read_only[alias >= 0]] = read_only[alias[alias >= 0]]
+        need = need[shared[need] < 0]
         base = c.rep.buffer(key, int(lens[need].sum()))
         buf_start = base + np.cumsum(lens[need]) - lens[need]
         slots.offset[sel[need]] = buf_start
-        tiles = slots.tile[sel]
         staging.buffers += np.bincount(tiles[need], weights=lens[need] * elem_bytes,
                                        minlength=c.T).astype(np.int64)
         for to_buffer, mask, plans in ((True, reads[need], staging.pre),
@@ -183,31 +271,29 @@ class ComputeSetLowering:
                                  c.tile_of[key], to_buffer)
                 plans.append((c.rep.plan(CopyPlan.from_runs(c.target, *runs, elem_bytes), key),
                               key))
-        for i, j in aliases:
-            slots.offset[sel[i]] = slots.offset[sel[j]]
+        aliased = np.flatnonzero(shared >= 0)
+        slots.offset[sel[aliased]] = slots.offset[sel[shared[aliased]]]
 
-    def _check_hazards(self, key, sel, cat, starts, lens, reads, writes, slots: Slots) -> None:
+    def _check_hazards(self, key, sel, cat, starts, lens, reads, writes) -> None:
         """Reject overlapping writes, reads of written data, and writes to constants."""
         w_slots = np.flatnonzero(writes)
-        if w_slots.size == 0:
-            return
-        written = np.concatenate([cat[starts[i]:starts[i] + lens[i]] for i in w_slots])
+        written = cat[np.repeat(writes, lens)]
         if written.size == 0:
             return
         w_seg = np.repeat(w_slots, lens[w_slots])
+        slots = self.slots
         describe = (lambda i: self.st.describe_vertex(int(slots.vid[i])))
         dup = first_duplicate(written)
         if dup is not None:
             ia, ib = sel[w_seg[np.flatnonzero(written == dup)[:2]]]
             raise GraphError(
-                f"write hazard in compute set: {describe(ia)} writes tensor "
-                f"'{slots.tensor[ia].name}' and {describe(ib)} writes tensor "
-                f"'{slots.tensor[ib].name}', and they overlap; vertices of one compute set "
-                "must write disjoint elements")
+                f"write hazard in compute set: {describe(ia)} writes tensor '{slots.name(ia)}' "
+                f"and {describe(ib)} writes tensor '{slots.name(ib)}', and they overlap; "
+                "vertices of one compute set must write disjoint elements")
         const = self.c.is_const[key][written]
         if const.any():
             i = sel[w_seg[np.argmax(const)]]
-            raise GraphError(f"{describe(i)} writes constant tensor '{slots.tensor[i].name}'; "
+            raise GraphError(f"{describe(i)} writes constant tensor '{slots.name(i)}'; "
                              "constants are read-only")
         lo = int(written.min())
         mark = np.zeros(int(written.max()) - lo + 1, np.bool_)
@@ -216,41 +302,51 @@ class ComputeSetLowering:
         if slot >= 0:
             i, w = sel[slot], sel[w_seg[np.argmax(written == addr)]]
             raise GraphError(
-                f"read/write hazard: {describe(i)} reads '{slots.tensor[i].name}' as an Input "
-                f"while {describe(w)} writes it ('{slots.tensor[w].name}') in the same compute "
-                "set; an Input is never written — use InOut in one vertex, or two compute sets")
+                f"read/write hazard: {describe(i)} reads '{slots.name(i)}' as an Input while "
+                f"{describe(w)} writes it ('{slots.name(w)}') in the same compute set; an Input "
+                "is never written — use InOut in one vertex, or two compute sets")
 
     # --- batches and their cost -----------------------------------------------------------------
-    def _batches(self, slots: Slots, step: bsp.Step):
-        """One Batch per codelet, and every vertex's estimate (in self.vids order)."""
-        c, st, vids = self.c, self.st, self.vids
-        estimates = np.zeros(len(vids), np.int64)
-        pos_of = {int(v): i for i, v in enumerate(vids.tolist())}
-        by_codelet: dict = {}
-        for vid in vids.tolist():
-            by_codelet.setdefault(st.v_codelet[vid], []).append(vid)
-        slot_lists = slots.by_vertex()
+    def _batches(self, step: bsp.Step):
+        """One Batch per codelet, and every vertex's estimate (in vertex order)."""
+        c, v = self.c, self.v
+        estimates = np.zeros(v.vid.size, np.int64)
         batches = []
-        for cls, members in by_codelet.items():
-            batches.append(self._batch(cls, np.asarray(members, np.int64), slots, slot_lists))
-            for vid in members:
-                estimates[pos_of[vid]] = self._estimate(vid, cls, slot_lists[vid], slots)
-            c.code_pairs.update((t, cls.__name__) for t in set(self.v_tile[members].tolist()))
+        for b, cls in enumerate(v.codelets):
+            rows = np.flatnonzero(v.batch == b)
+            table = self._batch_table(b, rows)
+            estimates[rows] = self._estimates(b, rows, table)
+            batches.append(self._batch(cls, v.vid[rows], v.tile[rows], table))
+            c.code_tiles.setdefault(cls.__name__, np.zeros(c.T, bool))[v.tile[rows]] = True
             # every replica runs the vertices: counts and cycles cover all replicas
             stats = c.out.vertex_stats.setdefault(cls.__name__, {"count": 0, "cycles": 0})
-            cycles = c.rep.r * int(sum(estimates[pos_of[v]] for v in members))
-            stats["count"] += c.rep.r * len(members)
+            cycles = c.rep.r * int(estimates[rows].sum())
+            stats["count"] += c.rep.r * rows.size
             stats["cycles"] += cycles
-            step.vertex_cycles[cls.__name__] = (c.rep.r * len(members), cycles)
+            step.vertex_cycles[cls.__name__] = (c.rep.r * rows.size, cycles)
         return batches, estimates
 
+    def _batch_table(self, b: int, rows: np.ndarray) -> dict:
+        """Per field position of codelet b: (slot offsets, lengths, regions per vertex) of the
+        batch's vertices, in vertex order (one slot per vertex unless a VectorList)."""
+        s = self.slots
+        mine = np.flatnonzero(s.batch == b)
+        vids = self.v.vid[rows]
+        out = {}
+        for fi, f in enumerate(self.fields[b]):
+            sl = mine[s.field[mine] == fi]
+            counts = np.bincount(np.searchsorted(vids, s.vid[sl]), minlength=rows.size)
+            out[fi] = (s.offset[sl], s.length[sl], counts)
+        return out
+
     def _cost(self, step: bsp.Step, staging: Staging, estimates: np.ndarray) -> None:
-        c, st, vids = self.c, self.st, self.vids
+        c, v = self.c, self.v
         on_tile_pre = c.plan_phases(step, staging.pre)
-        multi = np.fromiter((st.v_codelet[v].multi for v in vids.tolist()), bool, len(vids))
+        multi = np.array([cls.multi for cls in v.codelets], bool)[v.batch] if v.vid.size \
+            else np.zeros(0, bool)
         r = c.rep.r
-        cycles, excl = compute_cost(c.target, c.rep.tiles(self.v_tile[vids]),
-                                    np.tile(estimates, r), np.tile(multi, r))
+        cycles, excl = compute_cost(c.target, c.rep.tiles(v.tile), np.tile(estimates, r),
+                                    np.tile(multi, r))
         step.add("compute", cycles + on_tile_pre)
         excluding_idle = excl + on_tile_pre
         if staging.post:
@@ -259,38 +355,29 @@ class ComputeSetLowering:
             excluding_idle = excluding_idle + on_tile_post
         step.compute_excluding_idle = excluding_idle
 
-    def _batch(self, cls, members, slots: Slots, slot_lists) -> Batch:
+    def _batch(self, cls, members, tiles, table: dict) -> Batch:
         c = self.c
         params = self.st.codelet_params[cls]
-        by_attr = {f.attr: (i, f) for i, f in enumerate(cls.fields)}
-        order = [by_attr[p] for p in params]
-        flat_cols = [fi for fi, f in order if f.kind != "vector_list"]
-        vl_cols = [fi for fi, f in order if f.kind == "vector_list"]
+        position = {f.attr: fi for fi, f in enumerate(cls.fields)}
+        order = [position[p] for p in params]
+        flat = [fi for fi in order if cls.fields[fi].kind != "vector_list"]
+        lists = [fi for fi in order if cls.fields[fi].kind == "vector_list"]
         V = members.size
-        off = np.zeros((V, len(flat_cols)), np.int64)
-        ln = np.zeros((V, len(flat_cols)), np.int64)
-        vl_first = np.zeros((V, len(vl_cols)), np.int64)
-        vl_count = np.zeros((V, len(vl_cols)), np.int64)
-        vl_off, vl_len, vl_key = [], [], []
-        col_of = {fi: k for k, fi in enumerate(flat_cols)}
-        vcol_of = {fi: k for k, fi in enumerate(vl_cols)}
-        for row, vid in enumerate(members.tolist()):
-            for s in slot_lists.get(vid, ()):
-                fi = int(slots.field[s])
-                if fi in col_of:
-                    off[row, col_of[fi]], ln[row, col_of[fi]] = slots.offset[s], slots.length[s]
-                else:
-                    k = vcol_of[fi]
-                    if vl_count[row, k] == 0:
-                        vl_first[row, k] = len(vl_off)
-                    vl_count[row, k] += 1
-                    vl_off.append(slots.offset[s]), vl_len.append(slots.length[s])
-                    vl_key.append(cls.fields[fi].dtype.storage.name)
-        vl_off, vl_len = np.asarray(vl_off, np.int64), np.asarray(vl_len, np.int64)
-        plan = [off, ln, vl_first, vl_count, vl_off, vl_len]
-        tiles = self.v_tile[members]
+        off = np.stack([table[fi][0] for fi in flat], 1) if flat else np.zeros((V, 0), np.int64)
+        ln = np.stack([table[fi][1] for fi in flat], 1) if flat else np.zeros((V, 0), np.int64)
+        vl_first, vl_count, vl_off, vl_len, vl_key, base = [], [], [], [], [], 0
+        for fi in lists:
+            o, n, counts = table[fi]
+            vl_first.append(base + np.cumsum(counts) - counts)
+            vl_count.append(counts)
+            vl_off.append(o), vl_len.append(n)
+            vl_key += [cls.fields[fi].dtype.storage.name] * o.size
+            base += o.size
+        stack = (lambda xs: np.stack(xs, 1) if xs else np.zeros((V, 0), np.int64))
+        cat = (lambda xs: np.concatenate(xs) if xs else _EMPTY)
+        plan = [off, ln, stack(vl_first), stack(vl_count), cat(vl_off), cat(vl_len)]
         if c.rep.r > 1:   # the same vertices on every replica, in one plan
-            plan = self._replicate(cls, flat_cols, vl_key, plan)
+            plan = self._replicate(cls, flat, vl_key, plan)
             members, tiles = np.tile(members, c.rep.r), c.rep.tiles(tiles)
         return Batch(cls, params, c.mode, c.target.num_worker_contexts, members, tiles,
                      self.cs.name, BatchPlan(*plan), replicas=c.rep.r)
@@ -304,47 +391,69 @@ class ComputeSetLowering:
         for k, fi in enumerate(flat_cols):
             stride[:, k] = rep.strides(cls.fields[fi].dtype.storage.name, off[:, k])
         vl_stride = np.zeros_like(vl_off)
+        keys = np.asarray(vl_key, object)
         for key in set(vl_key):
-            sel = np.asarray([k == key for k in vl_key], bool)
+            sel = keys == key
             vl_stride[sel] = rep.strides(key, vl_off[sel])
         return [np.concatenate([off + i * stride for i in range(r)]), np.tile(ln, (r, 1)),
                 np.concatenate([vl_first + i * nvl for i in range(r)]),
                 np.tile(vl_count, (r, 1)),
                 np.concatenate([vl_off + i * vl_stride for i in range(r)]), np.tile(vl_len, r)]
 
-    def _estimate(self, vid, cls, slot_ids, slots: Slots) -> int:
-        fixed = self.st.v_estimate[vid]
-        if fixed >= 0:
-            return fixed
-        if hasattr(cls, "cycle_estimate"):
-            sizes = {}
-            for s in slot_ids:
-                f = cls.fields[int(slots.field[s])]
-                if f.kind == "vector_list":
-                    sizes[f.attr] = sizes.get(f.attr, ()) + (int(slots.length[s]),)
-                else:
-                    sizes[f.attr] = int(slots.length[s])
-            try:
-                return int(cls.cycle_estimate(**sizes))
-            except Exception as e:
-                raise GraphError(f"cycle_estimate of codelet {cls.__name__} failed for "
-                                 f"{self.st.describe_vertex(vid)} with sizes {sizes}: "
-                                 f"{e}") from None
-        return int(default_vertex_estimate(self.c.target, int(slots.length[slot_ids].sum())))
+    def _estimates(self, b: int, rows: np.ndarray, table: dict) -> np.ndarray:
+        """The vertices' estimates: fixed ones, else the codelet's cycle_estimate (called once
+        per distinct set of field sizes), else the default per element touched."""
+        cls, v = self.v.codelets[b], self.v
+        est = v.fixed[rows].copy()
+        need = np.flatnonzero(est < 0)
+        if need.size == 0:
+            return est
+        if not hasattr(cls, "cycle_estimate"):
+            total = np.zeros(rows.size, np.int64)
+            for _, lengths, counts in table.values():
+                total += per_vertex(lengths, counts)
+            est[need] = default_vertex_estimate(self.c.target, total[need])
+            return est
+        fields = self.fields[b]
+        lists = {fi for fi, f in enumerate(fields) if f.kind == "vector_list"}
+        signature = np.stack([table[fi][1] if fi not in lists else row_hashes(*table[fi][1:])
+                              for fi in table] + [table[fi][2] for fi in lists], 1)[need]
+        _, first, inverse = np.unique(signature, axis=0, return_index=True,
+                                      return_inverse=True)
+        values = np.array([self._estimate_of(b, rows, table, int(need[i]))
+                           for i in sorted(first.tolist())], np.int64)
+        rank = np.argsort(np.argsort(first))      # distinct signatures by first occurrence
+        est[need] = values[rank[inverse.ravel()]]
+        return est
 
-    def _vertex_state(self, slots: Slots) -> None:
-        cost, st = self.c.target.cost, self.st
-        for vid in self.vids.tolist():
-            cls, conns = st.v_codelet[vid], st.v_conns[vid]
-            n = cost.vertex_header_bytes
-            for f in cls.fields:
-                if f.kind == "scalar":
-                    n += cost.scalar_field_bytes
-                elif f.kind == "vector":
-                    n += cost.vector_field_bytes
-                else:
-                    n += cost.vector_field_bytes + cost.vector_list_entry_bytes * len(conns[f.name])
-            self.c.vstate[st.v_tile[vid]] += n
+    def _estimate_of(self, b: int, rows: np.ndarray, table: dict, k: int) -> int:
+        """The codelet's cycle_estimate for the k-th vertex of batch b."""
+        cls = self.v.codelets[b]
+        sizes = {}
+        for fi, f in enumerate(self.fields[b]):
+            _, lengths, counts = table[fi]
+            first = int(counts[:k].sum())
+            mine = tuple(int(n) for n in lengths[first:first + counts[k]])
+            sizes[f.attr] = mine if f.kind == "vector_list" else mine[0]
+        try:
+            return int(cls.cycle_estimate(**sizes))
+        except Exception as e:
+            raise GraphError(f"cycle_estimate of codelet {cls.__name__} failed for "
+                             f"{self.st.describe_vertex(int(self.v.vid[rows[k]]))} with sizes "
+                             f"{sizes}: {e}") from None
+
+    def _vertex_state(self) -> None:
+        """Vertex state bytes per tile: a header, a pointer (and size) per field, an entry per
+        VectorList region."""
+        cost, v, s = self.c.target.cost, self.v, self.slots
+        per_kind = {"scalar": cost.scalar_field_bytes, "vector": cost.vector_field_bytes,
+                    "vector_list": cost.vector_field_bytes}
+        fixed = np.array([cost.vertex_header_bytes + sum(per_kind[f.kind] for f in fields)
+                          for fields in self.fields], np.int64)
+        in_list = self._per_slot(lambda f: f.kind == "vector_list").astype(bool)
+        entries = np.bincount(s.tile[in_list], minlength=self.c.T) * cost.vector_list_entry_bytes
+        self.c.vstate += np.bincount(v.tile, weights=fixed[v.batch],
+                                     minlength=self.c.T).astype(np.int64) + entries
 
 
 def _action(staging: Staging, batches: list):

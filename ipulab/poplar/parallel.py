@@ -13,8 +13,6 @@ ones, so execute only the Sequence parallel() returns.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ProgramError
 from .program import Copy, Execute, Program, Sequence
 from .tensor import Tensor, concat
@@ -63,15 +61,8 @@ def parallel(graph, programs, name: str = "parallel") -> Sequence:
                 out.add(Copy(concat([p.src.flatten() for p in group]),
                              concat([p.dst.flatten() for p in group]), name=f"{name}/copy {step}"))
         step += 1
-    if remap:
-        v_cs = np.asarray(st.v_cs, np.int64)
-        old = np.fromiter(remap, np.int64)
-        new = np.fromiter(remap.values(), np.int64)
-        order = np.argsort(old)
-        pos = np.searchsorted(old[order], v_cs).clip(0, old.size - 1)
-        hit = old[order][pos] == v_cs
-        v_cs[hit] = new[order][pos[hit]]
-        st.v_cs[:] = v_cs.tolist()
+    for group in st.vertices.groups:
+        group.cs = remap.get(group.cs, group.cs)
     return out
 
 

@@ -1,6 +1,7 @@
 """Profile: what the most recent run cost, per tile and per step, and what memory it used."""
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
@@ -64,7 +65,7 @@ class Profile:
             step = compiled.steps[i]
             self.steps.append(StepRecord(i, step.kind, step.name, start, step.cycles, step.phases))
             start += step.cycles
-        self.traffic = compiled.traffic
+        self._traffic = compiled.traffic
         self.graph = compiled.graph
         # what the views need of each compiled step, without its action (and so its copy
         # plans): a kept profile must not pin the engine's compiled program in memory
@@ -72,6 +73,13 @@ class Profile:
         self._temporary_bytes = [st.temporary_bytes for st in compiled.steps]
         self._liveness = compiled.liveness
         self._counts = np.bincount(np.asarray(trace, np.int64), minlength=len(compiled.steps))
+
+    @functools.cached_property
+    def traffic(self) -> dict[int, tuple]:
+        """Per compiled step that moves data between tiles: (src_tile, dst_tile, bytes) of each
+        run that leaves its tile, every replica's."""
+        return {i: tuple(np.concatenate(x) for x in zip(*(t.expand() for t in parts)))
+                for i, parts in self._traffic.items()}
 
     @property
     def total_seconds(self) -> float:

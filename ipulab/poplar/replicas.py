@@ -78,10 +78,9 @@ class Replicas:
         return np.tile(np.asarray(per_tile)[:self.R], self.r)
 
     def plan(self, plan: CopyPlan, key: str) -> CopyPlan:
-        """Replica 0's copy plan -> ONE plan moving the same data on every replica."""
+        """Replica 0's copy plan -> ONE plan moving the same data on every replica (it keeps
+        replica 0's runs and each run's strides)."""
         if self.r == 1:
             return plan
-        return CopyPlan.from_runs(self.target, self.addrs(key, plan.src_start),
-                                  self.addrs(key, plan.dst_start), np.tile(plan.length, self.r),
-                                  self.tiles(plan.src_tile), self.tiles(plan.dst_tile),
-                                  plan.elem_bytes)
+        return plan.replicated(self.r, self.strides(key, plan.src_start),
+                               self.strides(key, plan.dst_start), self.R)

@@ -10,6 +10,7 @@ from ..errors import GraphError
 from ..target import Target
 from .tensor import Tensor
 from .types import Type
+from .vertices import Conn, VertexTable
 
 
 class Arena:
@@ -85,46 +86,6 @@ class RemoteBuffer:
         return self.repeats * self.num_elements * self.dtype.size
 
 
-class VertexRef:
-    """Handle to a vertex; v["field"] names one of its fields for connect(). Its codelet,
-    tile, compute set and connections can be read back (the graph inspector, the course)."""
-
-    def __init__(self, state, vid: int):
-        self._state, self.id = state, vid
-
-    @property
-    def codelet(self):
-        return self._state.v_codelet[self.id]
-
-    @property
-    def tile(self) -> int:
-        """Its tile in the top-level (per-replica) graph's numbering; -1 while unmapped."""
-        return self._state.v_tile[self.id]
-
-    @property
-    def compute_set(self) -> "ComputeSet":
-        return self._state.compute_sets[self._state.v_cs[self.id]]
-
-    def connections(self) -> dict:
-        """{field connection name: [tensor, ...]} of the fields connected so far (one tensor
-        for a scalar or Vector field, the list of regions for a VectorList)."""
-        return {name: list(t) if isinstance(t, list) else [t]
-                for name, t in self._state.v_conns[self.id].items()}
-
-    def __getitem__(self, field: str) -> "FieldRef":
-        self._state.field_of(self.id, field)
-        return FieldRef(self, field)
-
-    def __repr__(self) -> str:
-        return f"Vertex({self.id}, {self.codelet.__name__})"
-
-
-@dataclass
-class FieldRef:
-    vertex: VertexRef
-    field: str
-
-
 class GraphState:
     """Everything a graph holds; shared by a graph and its virtual graphs."""
 
@@ -137,11 +98,7 @@ class GraphState:
         self.codelets: dict[str, type] = {}
         self.codelet_params: dict[type, list[str]] = {}
         self.compute_sets: list[ComputeSet] = []
-        self.v_cs: list[int] = []
-        self.v_codelet: list[type] = []
-        self.v_tile: list[int] = []
-        self.v_estimate: list[int] = []
-        self.v_conns: list[dict] = []
+        self.vertices = VertexTable()
         self.handles: dict[str, tuple[str, Tensor]] = {}
         self.streams: dict[str, DataStream] = {}
         self.remote_buffers: dict[str, RemoteBuffer] = {}
@@ -152,8 +109,12 @@ class GraphState:
             self.arenas[key] = Arena(dtype.storage)
         return self.arenas[key]
 
+    def group_of(self, vid: int):
+        """(the vertex group holding vertex vid, its position in the group)."""
+        return self.vertices.group_of(vid)
+
     def field_of(self, vid: int, key: str):
-        cls = self.v_codelet[vid]
+        cls = self.group_of(vid)[0].codelet
         for f in cls.fields:
             if f.name == key:
                 return f
@@ -176,7 +137,17 @@ class GraphState:
                 for v, a, b in zip(var[first].tolist(), first.tolist(), last.tolist())]
 
     def describe_vertex(self, vid: int) -> str:
-        tile = self.v_tile[vid]
-        cs = self.compute_sets[self.v_cs[vid]].name
+        group, i = self.group_of(vid)
+        tile = int(group.tiles[i])
+        cs = self.compute_sets[group.cs].name
         where = f"tile {tile}" if tile >= 0 else "no tile"
-        return f"vertex {vid} ({self.v_codelet[vid].__name__}, {where}, compute set '{cs}')"
+        return f"vertex {vid} ({group.codelet.__name__}, {where}, compute set '{cs}')"
+
+    def region_views(self, conn: Conn, i: int) -> list[Tensor]:
+        """The regions vertex i of a bulk group connects, as 1-D views of the base tensor."""
+        base = conn.tensors[0]
+        first = int(conn.counts[:i].sum())
+        starts = np.cumsum(conn.lengths) - conn.lengths
+        return [Tensor(self, conn.ids[starts[r]:starts[r] + conn.lengths[r]], base.dtype,
+                       f"{base.name}[vertex {i} region {r - first}]")
+                for r in range(first, first + int(conn.counts[i]))]

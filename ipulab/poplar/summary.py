@@ -3,17 +3,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vertices import VertexRef
+
 
 class GraphSummary:
-    """Compute sets -> vertices -> tensors -> tiles, as compiled (later graph edits don't show)."""
+    """Compute sets -> vertices -> tensors -> tiles, as compiled. Vertex columns are copied;
+    connections are read from the graph's vertex groups when asked for."""
 
     def __init__(self, state, tile_of: dict[str, np.ndarray]):
         self.num_tiles = state.target.num_tiles
         self.compute_sets = [cs.name for cs in state.compute_sets]
-        self.vertex_cs = np.asarray(state.v_cs, np.int64)
-        self.vertex_tile = np.asarray(state.v_tile, np.int64)
-        self.vertex_codelet = [c.__name__ for c in state.v_codelet]
-        self._conns = [dict(c) for c in state.v_conns]
+        table = state.vertices
+        self.vertex_cs = table.column("cs")
+        self.vertex_tile = table.column("tiles").copy()
+        self._codelet_names = np.asarray([g.codelet.__name__ for g in table.groups], object)
+        self._group_of_vertex = np.repeat(np.arange(len(table.groups)),
+                                          [g.n for g in table.groups])
+        self._state = state
         self._variables = {v.name: v for v in state.variables}
         self._tile_of = tile_of
         by_arena: dict[str, list] = {}
@@ -25,6 +31,11 @@ class GraphSummary:
     @property
     def num_vertices(self) -> int:
         return int(self.vertex_cs.size)
+
+    @property
+    def vertex_codelet(self) -> np.ndarray:
+        """The codelet's name of every vertex."""
+        return self._codelet_names[self._group_of_vertex]
 
     def variables(self) -> list[dict]:
         """Name, type, shape and kind of every variable and constant."""
@@ -41,11 +52,8 @@ class GraphSummary:
     def connections(self, vertex: int) -> dict[str, list[tuple[str, int, list[str]]]]:
         """field -> [(tensor name, elements, variables it views)]; a VectorList field has
         several tensors. Variables are found by element address, not by parsing names."""
-        out = {}
-        for field, t in self._conns[vertex].items():
-            parts = t if isinstance(t, list) else [t]
-            out[field] = [(p.name, p.num_elements(), self._variables_of(p)) for p in parts]
-        return out
+        return {field: [(p.name, p.num_elements(), self._variables_of(p)) for p in parts]
+                for field, parts in VertexRef(self._state, int(vertex)).connections().items()}
 
     def _variables_of(self, tensor) -> list[str]:
         starts, names = self._starts[tensor.dtype.storage.name]

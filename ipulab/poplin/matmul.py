@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import FLOAT, program as prog
-from ..poplar.tensor import Tensor, concat
+from ..poplar import FLOAT, Regions, program as prog
+from ..poplar.tensor import Tensor
 from ..poplar.types import as_type
+from ..poplar.vertices import ragged
 from . import codelets
 from .plan import MatMulPlan, macs_per_cycle, plan_mat_mul
 
@@ -50,37 +51,40 @@ def _dims(a_shape, b_shape) -> tuple[int, int, int, int, bool]:
 
 
 class Blocks:
-    """Block boundaries of a plan, and the blocked layout of tensors over its grid."""
+    """Block boundaries of a plan, the tiles of its grid, and the blocked layout of tensors
+    over it. Tile t of the plan works on A block (gi, i, kk) and B block (gi, kk, j), with
+    (gi, i, j, kk) = np.unravel_index(t, (pg, pm, pn, pk)) (plan.tile's order)."""
 
     def __init__(self, plan: MatMulPlan):
         self.plan = plan
         self.g, self.m, self.k, self.n = (plan.bounds(d) for d in ("groups", "m", "k", "n"))
-
-    def tiles(self):
-        """(tile, gi, i, j, kk) for every tile of the plan, in tile order."""
-        s = self.plan.split
-        for gi in range(s.groups):
-            for i in range(s.m):
-                for j in range(s.n):
-                    for kk in range(s.k):
-                        yield self.plan.tile(gi, i, j, kk), gi, i, j, kk
+        s = plan.split
+        self.grid = (s.groups, s.m, s.n, s.k)
+        self.gi, self.i, self.j, self.kk = np.unravel_index(
+            np.arange(int(np.prod(self.grid)), dtype=np.int64), self.grid)
 
     def layout(self, rows: np.ndarray, cols: np.ndarray):
         """Blocked layout of a (groups, R, C) tensor cut at the given row and column bounds:
-        (ids of the logical tensor into the flat variable, start of each block [gi, r, c])."""
-        G, R, C = self.g[-1], rows[-1], cols[-1]
-        ids = np.empty((G, R, C), np.int64)
-        starts = np.zeros((self.g.size - 1, rows.size - 1, cols.size - 1), np.int64)
-        off = 0
-        for gi, (g0, g1) in enumerate(zip(self.g[:-1], self.g[1:])):
-            for r, (r0, r1) in enumerate(zip(rows[:-1], rows[1:])):
-                for c, (c0, c1) in enumerate(zip(cols[:-1], cols[1:])):
-                    size = (g1 - g0) * (r1 - r0) * (c1 - c0)
-                    ids[g0:g1, r0:r1, c0:c1] = np.arange(off, off + size).reshape(
-                        g1 - g0, r1 - r0, c1 - c0)
-                    starts[gi, r, c] = off
-                    off += size
+        (ids of the logical tensor into the flat variable, start of each block [gi, r, c]).
+        The blocks are stored one after another in (gi, r, c) order, each row-major."""
+        extent = [np.diff(b) for b in (self.g, rows, cols)]
+        sizes = extent[0][:, None, None] * extent[1][None, :, None] * extent[2][None, None, :]
+        starts = (np.cumsum(sizes) - sizes.ravel()).reshape(sizes.shape)
+        axes = []
+        for bounds, ext in zip((self.g, rows, cols), extent):
+            idx = np.arange(bounds[-1], dtype=np.int64)
+            block = np.searchsorted(bounds, idx, side="right") - 1
+            axes.append((block, idx - bounds[block], ext[block]))
+        (bg, og, _), (br, orow, er), (bc, oc, ec) = axes
+        ids = (starts[bg[:, None, None], br[None, :, None], bc[None, None, :]]
+               + (og[:, None, None] * er[None, :, None] + orow[None, :, None])
+               * ec[None, None, :] + oc[None, None, :])
         return ids, starts
+
+    def tile(self, gi, i, j, kk):
+        """plan.tile for arrays of block coordinates."""
+        _, pm, pn, pk = self.grid
+        return ((gi * pm + i) * pn + j) * pk + kk
 
 
 def _new_blocked(g, dtype, shape3, rows, cols, blocks: Blocks, name: str):
@@ -95,29 +99,31 @@ def _shape_back(t: Tensor, grouped: bool, name: str) -> Tensor:
                                             name)
 
 
+def _piece(q: np.ndarray, rows: np.ndarray, pieces: int) -> np.ndarray:
+    """For row q of a block of `rows` rows cut into `pieces` near-equal ranges (piece p is
+    rows [p * rows // pieces, (p + 1) * rows // pieces)): the piece holding it."""
+    return ((q + 1) * pieces - 1) // rows
+
+
 def _map_pieces(g, var, starts, rows, cols, blocks: Blocks, lhs: bool) -> None:
     """Spread each block of an input by rows over the tiles that read it.
 
-    An A block (gi, i, kk) is read by the pn tiles (gi, i, j, kk); a B block (gi, kk, j) by the
-    pm tiles (gi, i, j, kk). Piece p of a block (a range of its rows) goes to the p-th of them.
-    """
-    plan = blocks.plan
-    s = plan.split
-    mapping = [[] for _ in range(g.target.num_tiles)]
-    bg = np.diff(blocks.g)
-    for gi in range(s.groups):
-        for r in range(rows.size - 1):
-            for c in range(cols.size - 1):
-                width = int(cols[c + 1] - cols[c])
-                nrows = int(bg[gi] * (rows[r + 1] - rows[r]))
-                pieces = s.n if lhs else s.m
-                for p in range(pieces):
-                    r0, r1 = p * nrows // pieces, (p + 1) * nrows // pieces
-                    if r1 > r0 and width:
-                        tile = plan.tile(gi, r, p, c) if lhs else plan.tile(gi, p, c, r)
-                        b = int(starts[gi, r, c])
-                        mapping[tile].append((b + r0 * width, b + r1 * width))
-    g.set_tile_mapping(var, mapping)
+    An A block (gi, i, kk) is read by the pn tiles (gi, i, j, kk); a B block (gi, kk, j) by
+    the pm tiles (gi, i, j, kk). Piece p of a block (a range of its rows) goes to the p-th of
+    them."""
+    s = blocks.plan.split
+    pieces = s.n if lhs else s.m
+    gi, r, c = np.unravel_index(np.arange(starts.size), starts.shape)
+    bg = np.diff(blocks.g)[gi]
+    nrows, width = bg * np.diff(rows)[r], np.diff(cols)[c]
+    size = nrows * width
+    block = np.repeat(np.arange(starts.size), size)
+    q = (np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)) // \
+        np.repeat(np.maximum(width, 1), size)
+    p = _piece(q, nrows[block], pieces)
+    # blocks are stored one after another in (gi, r, c) order: this is the variable's order
+    g.set_tile_mapping(var, blocks.tile(gi[block], r[block], p, c[block]) if lhs else
+                       blocks.tile(gi[block], p, c[block], r[block]))
 
 
 def _create_input(g, dtype, a_shape, b_shape, name, options, lhs: bool) -> Tensor:
@@ -163,8 +169,7 @@ def _constant_rows(g, dtype, rows, name: str) -> Tensor:
     """A constant with one row per tile of the plan, row t mapped to tile t."""
     rows = np.asarray(rows)
     c = g.add_constant(dtype, list(rows.shape), rows, name)
-    g.set_tile_mapping(c, [[(t * rows[0].size, (t + 1) * rows[0].size)]
-                           for t in range(rows.shape[0])])
+    g.set_tile_mapping(c, np.repeat(np.arange(rows.shape[0], dtype=np.int64), rows[0].size))
     return c
 
 
@@ -175,71 +180,88 @@ def _check_acc(g, c, shape, dtype) -> None:
                          f"{list(shape)} {dtype}")
 
 
+def _rows_of(starts: np.ndarray, rows: np.ndarray, row0: np.ndarray, stride: int,
+             col0: np.ndarray, width: np.ndarray):
+    """Regions that are rows: for each item, rows row0 .. row0 + rows - 1 of a matrix whose
+    rows are `stride` apart from `starts`, columns col0 .. col0 + width - 1 of each.
+    Returns (begins, ends) of every row, item by item."""
+    item = np.repeat(np.arange(rows.size), rows)
+    row = ragged(row0, rows)
+    begins = starts[item] + row * stride + col0[item]
+    return begins, begins + width[item]
+
+
 class _Product:
-    """One planned product being built: its plan, blocks, and where its results go."""
+    """One planned product being built: its plan, blocks, and the block ranges of every tile
+    (arrays indexed by tile: g0, g1, m0, m1, k0, k1, n0, n1)."""
 
     def __init__(self, g, a3, b3, plan: MatMulPlan, name: str):
         self.g, self.a3, self.b3, self.plan, self.name = g, a3, b3, plan, name
-        self.blocks = Blocks(plan)
-        self.tiles = list(self.blocks.tiles())
+        bl = self.blocks = Blocks(plan)
+        self.g0, self.g1 = bl.g[bl.gi], bl.g[bl.gi + 1]
+        self.m0, self.m1 = bl.m[bl.i], bl.m[bl.i + 1]
+        self.k0, self.k1 = bl.k[bl.kk], bl.k[bl.kk + 1]
+        self.n0, self.n1 = bl.n[bl.j], bl.n[bl.j + 1]
+        self.T = bl.gi.size
 
-    def block_range(self, gi, i, j, kk):
-        """(g0, g1, m0, m1, k0, k1, n0, n1) of tile (gi, i, j, kk)'s block product."""
-        bl = self.blocks
-        return (int(bl.g[gi]), int(bl.g[gi + 1]), int(bl.m[i]), int(bl.m[i + 1]),
-                int(bl.k[kk]), int(bl.k[kk + 1]), int(bl.n[j]), int(bl.n[j + 1]))
+    def sizes(self) -> np.ndarray:
+        """Elements of each tile's (groups, m, n) block of C."""
+        return (self.g1 - self.g0) * (self.m1 - self.m0) * (self.n1 - self.n0)
 
-    def products(self, seq, dest: Tensor, starts) -> None:
-        """Compute set 1: a MatMulBlock vertex per group on every tile; tile (gi, i, j, kk)
-        writes its (groups, m, n) block to dest (flat) from starts[t] (or starts[gi, i, j])."""
+    def products(self, seq, dest: Tensor, starts: np.ndarray) -> None:
+        """Compute set 1: a MatMulBlock vertex per group on every tile; tile t writes its
+        (groups, m, n) block to dest (flat) from starts[t]."""
         g, dtype = self.g, self.a3.dtype
         cls = codelets.matmul_block_codelet(dtype, macs_per_cycle(g.target, dtype))
-        ranges = [self.block_range(*x[1:]) for x in self.tiles]
-        dims = _constant_rows(g, "INT", [[m1 - m0, k1 - k0, n1 - n0] for _, _, m0, m1, k0, k1,
-                                         n0, n1 in ranges], f"{self.name}.dims")
+        dm, dk, dn = self.m1 - self.m0, self.k1 - self.k0, self.n1 - self.n0
+        dims = _constant_rows(g, "INT", np.stack([dm, dk, dn], 1), f"{self.name}.dims")
+        per_tile = self.g1 - self.g0
+        t = np.repeat(np.arange(self.T), per_tile)          # one vertex per tile and group
+        q = np.arange(t.size) - np.repeat(np.cumsum(per_tile) - per_tile, per_tile)
+        gg = self.g0[t] + q
+        _, M, K = self.a3.shape
+        N = self.b3.shape[2]
+        a = _rows_of(gg * M * K, dm[t], self.m0[t], K, self.k0[t], dk[t])
+        b = _rows_of(gg * K * N, dk[t], self.k0[t], N, self.n0[t], dn[t])
+        c0 = np.asarray(starts, np.int64)[t] + q * dm[t] * dn[t]
         cs = g.add_compute_set(f"{self.name}/products")
-        for (t, *_), (g0, g1, m0, m1, k0, k1, n0, n1) in zip(self.tiles, ranges):
-            size, base = (m1 - m0) * (n1 - n0), int(starts[t])
-            for q, gg in enumerate(range(g0, g1)):
-                g.add_vertex(cs, cls, {
-                    "dims": dims[t], "a": self.a3[gg, m0:m1, k0:k1].flatten(),
-                    "b": self.b3[gg, k0:k1, n0:n1].flatten(),
-                    "c": dest[base + q * size:base + (q + 1) * size]}, tile=t)
+        g.add_vertices(cs, cls, t, {
+            "dims": Regions(dims, 3 * t, 3 * t + 3),
+            "a": Regions(self.a3, *a, counts=dm[t]), "b": Regions(self.b3, *b, counts=dk[t]),
+            "c": Regions(dest, c0, c0 + dm[t] * dn[t])})
         seq.add(prog.Execute(cs))
 
     def partials(self) -> tuple[Tensor, np.ndarray]:
         """The float partials: tile t's block contiguous from start[t], mapped to tile t."""
-        sizes = [(g1 - g0) * (m1 - m0) * (n1 - n0) for g0, g1, m0, m1, _, _, n0, n1 in
-                 (self.block_range(*x[1:]) for x in self.tiles)]
-        start = np.cumsum([0] + sizes)
+        sizes = self.sizes()
+        start = np.concatenate([[0], np.cumsum(sizes)])
         var = self.g.add_variable(FLOAT, [int(start[-1])], f"{self.name}.partials")
-        self.g.set_tile_mapping(var, [[(int(start[t]), int(start[t + 1]))]
-                                      for t in range(len(sizes))])
+        self.g.set_tile_mapping(var, np.repeat(np.arange(self.T, dtype=np.int64), sizes))
         return var, start
 
-    def reduce(self, seq, part: Tensor, part_start, out_of, acc_alpha=None) -> None:
+    def reduce(self, seq, part: Tensor, part_start, out: Regions, keep, acc_alpha=None):
         """Compute set 2: tile (gi, i, j, kk) sums chunk kk of C block (gi, i, j) from the pk
-        partials into out_of(gi, i, j, c0, c1) (a flat tensor of c1 - c0 elements)."""
+        partials into `out` (regions for the tiles `keep`, whose chunk is not empty)."""
         g, pk = self.g, self.plan.split.k
-        accumulate = acc_alpha is not None
-        cls = codelets.reduce_codelet(self.a3.dtype, accumulate)
-        if accumulate:
-            alpha = _constant_rows(g, FLOAT, [[float(acc_alpha)]] * len(self.tiles),
+        t = np.flatnonzero(keep)
+        c0, c1 = self.chunks()
+        first = t - self.blocks.kk[t]
+        begins = (part_start[first[:, None] + np.arange(pk)] + c0[t, None]).ravel()
+        conns = {"partials": Regions(part, begins, begins + np.repeat(c1[t] - c0[t], pk),
+                                     np.full(t.size, pk)), "out": out}
+        cls = codelets.reduce_codelet(self.a3.dtype, acc_alpha is not None)
+        if acc_alpha is not None:
+            alpha = _constant_rows(g, FLOAT, np.full((self.T, 1), float(acc_alpha)),
                                    f"{self.name}.alpha")
+            conns["alpha"] = Regions(alpha, t, t + 1)
         cs = g.add_compute_set(f"{self.name}/reduce")
-        for t, gi, i, j, kk in self.tiles:
-            size = int(part_start[t + 1] - part_start[t])
-            c0, c1 = kk * size // pk, (kk + 1) * size // pk
-            if c1 == c0:
-                continue
-            first = t - kk
-            conns = {"partials": concat([part[part_start[first + q] + c0:
-                                              part_start[first + q] + c1] for q in range(pk)]),
-                     "out": out_of(gi, i, j, c0, c1)}
-            if accumulate:
-                conns["alpha"] = alpha[t, 0]
-            g.add_vertex(cs, cls, conns, tile=t)
+        g.add_vertices(cs, cls, t, conns)
         seq.add(prog.Execute(cs))
+
+    def chunks(self) -> tuple[np.ndarray, np.ndarray]:
+        """[c0, c1) of each tile's chunk of its C block: chunk kk of pk."""
+        size, pk, kk = self.sizes(), self.plan.split.k, self.blocks.kk
+        return kk * size // pk, (kk + 1) * size // pk
 
 
 def _build(g, a, b, seq, name, options, acc=None):
@@ -258,40 +280,47 @@ def _build(g, a, b, seq, name, options, acc=None):
     if acc is None:
         out, result, out_starts = _new_blocked(g, dtype, (G, M, N), bl.m, bl.n, bl, name)
         _map_blocks(g, out, out_starts, bl, chunks=pk)
+        tile_start = out_starts[bl.gi, bl.i, bl.j]
     if pk == 1 and acc is None and dtype == FLOAT:       # the products write C directly
-        p.products(seq, out, [out_starts[gi, i, j] for _, gi, i, j, _ in p.tiles])
+        p.products(seq, out, tile_start)
         return _shape_back(result, grouped, name)
     part, part_start = p.partials()
-    p.products(seq, part, part_start)
+    p.products(seq, part, part_start[:-1])
+    c0, c1 = p.chunks()
+    keep = c1 > c0
     if acc is None:
-        p.reduce(seq, part, part_start, lambda gi, i, j, c0, c1:
-                 out[int(out_starts[gi, i, j]) + c0:int(out_starts[gi, i, j]) + c1])
+        p.reduce(seq, part, part_start, Regions(out, (tile_start + c0)[keep],
+                                                (tile_start + c1)[keep]), keep)
         return _shape_back(result, grouped, name)
-    c3 = _grouping(acc[0], grouped)
-
-    def c_chunk(gi, i, j, c0, c1):
-        g0, g1, m0, m1, _, _, n0, n1 = p.block_range(gi, i, j, 0)
-        return c3[g0:g1, m0:m1, n0:n1].flatten()[c0:c1]
-    p.reduce(seq, part, part_start, c_chunk, acc[1])
+    p.reduce(seq, part, part_start, _block_chunks(p, _grouping(acc[0], grouped), keep), keep,
+             acc[1])
     return acc[0]
 
 
+def _block_chunks(p: _Product, c3: Tensor, keep: np.ndarray) -> Regions:
+    """For each kept tile: elements [c0, c1) of its C block of c3 (a (groups, M, N) tensor),
+    in the block's row-major order."""
+    _, M, N = c3.shape
+    c0, c1 = p.chunks()
+    t = np.flatnonzero(keep)
+    e = ragged(c0[t], c1[t] - c0[t])                  # element within the tile's block
+    item = np.repeat(t, c1[t] - c0[t])
+    dm, dn = (p.m1 - p.m0)[item], (p.n1 - p.n0)[item]
+    dg, rest = np.divmod(e, dm * dn)
+    row, col = np.divmod(rest, dn)
+    index = ((p.g0[item] + dg) * M + p.m0[item] + row) * N + p.n0[item] + col
+    return Regions.from_indices(c3, index, c1[t] - c0[t])
+
+
 def _map_blocks(g, var, starts, blocks: Blocks, chunks: int) -> None:
-    """Map the result: C block (gi, i, j) cut into `chunks` pieces over tiles (gi, i, j, kk)."""
-    plan = blocks.plan
-    s = plan.split
-    mapping = [[] for _ in range(g.target.num_tiles)]
-    bg, bm, bn = np.diff(blocks.g), np.diff(blocks.m), np.diff(blocks.n)
-    for gi in range(s.groups):
-        for i in range(s.m):
-            for j in range(s.n):
-                size = int(bg[gi] * bm[i] * bn[j])
-                b = int(starts[gi, i, j])
-                for kk in range(chunks):
-                    c0, c1 = kk * size // chunks, (kk + 1) * size // chunks
-                    if c1 > c0:
-                        mapping[plan.tile(gi, i, j, kk)].append((b + c0, b + c1))
-    g.set_tile_mapping(var, mapping)
+    """Map the result: C block (gi, i, j) cut into `chunks` pieces over tiles (gi, i, j, kk).
+    The blocks are stored one after another in (gi, i, j) order."""
+    gi, i, j = np.unravel_index(np.arange(starts.size), starts.shape)
+    size = np.diff(blocks.g)[gi] * np.diff(blocks.m)[i] * np.diff(blocks.n)[j]
+    block = np.repeat(np.arange(starts.size), size)
+    e = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+    g.set_tile_mapping(var, blocks.tile(gi[block], i[block], j[block],
+                                        _piece(e, size[block], chunks)))
 
 
 def mat_mul(g, a, b, seq, name: str = "", options=None) -> Tensor:

@@ -1,7 +1,7 @@
 """popnn.arg_max: the index of the largest value of each row, where the row lives."""
 from __future__ import annotations
 
-from ..poplar import FLOAT, INT, Input, Output, VectorList, Vertex
+from ..poplar import FLOAT, INT, Input, Output, Regions, VectorList, Vertex
 from ..poplar import program as prog
 from ..poputil import map_rows, row_owners, row_pieces, typed_variant
 
@@ -45,12 +45,11 @@ def arg_max(graph, logits, seq, name: str = "arg_max"):
     pred = graph.add_variable(INT, [B], f"{name}/out")
     owners = row_owners(graph, logits.flatten(), C, name)
     map_rows(graph, pred, owners, 1)
-    lf = logits.flatten()
     cls = typed_variant(ArgMaxRows, logits.dtype, ("logits",), "Half")
     cs = graph.add_compute_set(name)
-    for tile, piece in row_pieces(graph, owners):
-        graph.add_vertex(cs, cls, {
-            "logits": [lf.slice(a * C, b * C) for a, b in piece],
-            "out": [pred.slice(a, b) for a, b in piece]}, tile)
+    work = row_pieces(graph, owners)
+    graph.add_vertices(cs, cls, work.tile, {
+        "logits": Regions(logits.flatten(), work.begins * C, work.ends * C, work.counts),
+        "out": Regions(pred, work.begins, work.ends, work.counts)})
     seq.add(prog.Execute(cs))
     return pred

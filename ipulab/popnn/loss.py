@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import FLOAT, INT, Input, Output, Tensor, VectorList, Vertex
+from ..poplar import FLOAT, INT, Input, Output, Regions, Tensor, VectorList, Vertex
 from ..poplar import program as prog
 from .. import popops
 from ..popops.codegen import f_exp, f_log
@@ -151,19 +151,15 @@ def calc_loss(graph, logits, labels, seq, loss_type: str = "softmax_cross_entrop
     map_rows(graph, grad, owners, C)
     map_rows(graph, per_sample, owners, 1)
     map_rows(graph, correct, owners, 1)
-    pieces = list(row_pieces(graph, owners))
-    scales = tile_constant(graph, FLOAT, [scale], [t for t, _ in pieces], f"{name}/scale")
+    work = row_pieces(graph, owners)
+    scales = tile_constant(graph, FLOAT, [scale], work.tile, f"{name}/scale")
     cls = typed_variant(SoftmaxCrossEntropy, logits.dtype, ("logits", "grad"), "Half")
     cs = graph.add_compute_set(f"{name}/softmax_cross_entropy")
-    lf, gf = logits.flatten(), grad.flatten()
-    for tile, piece in pieces:
-        graph.add_vertex(cs, cls, {
-            "scale": scales[tile][0],
-            "logits": [lf.slice(a * C, b * C) for a, b in piece],
-            "labels": [labels.slice(a, b) for a, b in piece],
-            "grad": [gf.slice(a * C, b * C) for a, b in piece],
-            "loss": [per_sample.slice(a, b) for a, b in piece],
-            "correct": [correct.slice(a, b) for a, b in piece]}, tile)
+    rows = {key: Regions(t, work.begins * width, work.ends * width, work.counts)
+            for key, t, width in (("logits", logits.flatten(), C), ("labels", labels, 1),
+                                  ("grad", grad.flatten(), C), ("loss", per_sample, 1),
+                                  ("correct", correct, 1))}
+    graph.add_vertices(cs, cls, work.tile, {"scale": scales.regions(work.tile), **rows})
     seq.add(prog.Execute(cs))
     total = popops.reduce(graph, per_sample, [0], "add", seq, f"{name}/sum")
     mean = popops.map(graph, _1 / float(B), [total], seq, f"{name}/mean")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import INT, Tensor
+from ..poplar import INT, Regions, Tensor
 from ..poplar import program as prog
 from ..poputil import (map_rows, pair, row_owners, row_pieces, tile_constant, typed_variant,
                        vertex_constants, window_output)
@@ -95,22 +95,22 @@ class Window:
         taps = [d for dy in range(self.kh) for dx in range(self.kw) for d in (dy, dx)]
         return [self.h, self.w, self.ho, self.wo, self.sh, self.sw, self.ph, self.pw, op] + taps
 
-    def in_rows(self, r0: int, r1: int) -> tuple[int, int]:
-        """The global input rows [lo, hi) that pooled rows [r0, r1) read."""
-        p0, oy0 = divmod(r0, self.ho)
-        p1, oy1 = divmod(r1 - 1, self.ho)
-        lo = p0 * self.h + max(0, oy0 * self.sh - self.ph)
-        hi = p1 * self.h + min(self.h, oy1 * self.sh - self.ph + self.kh)
+    def in_rows(self, r0, r1):
+        """The global input rows [lo, hi) that pooled rows [r0, r1) read (arrays of runs)."""
+        p0, oy0 = np.divmod(r0, self.ho)
+        p1, oy1 = np.divmod(r1 - 1, self.ho)
+        lo = p0 * self.h + np.maximum(0, oy0 * self.sh - self.ph)
+        hi = p1 * self.h + np.minimum(self.h, oy1 * self.sh - self.ph + self.kh)
         return lo, hi
 
-    def out_rows(self, a: int, b: int) -> tuple[int, int]:
+    def out_rows(self, a, b):
         """The global pooled rows [lo, hi) whose windows may touch input rows [a, b)."""
-        pa, iya = divmod(a, self.h)
-        pb, iyb = divmod(b - 1, self.h)
-        lo = pa * self.ho + max(0, (iya + self.ph - self.kh) // self.sh + 1)
-        hi = pb * self.ho + min(self.ho - 1, (iyb + self.ph) // self.sh) + 1
-        lo = min(lo, self.n * self.c * self.ho)
-        return lo, max(lo, hi)
+        pa, iya = np.divmod(a, self.h)
+        pb, iyb = np.divmod(b - 1, self.h)
+        lo = pa * self.ho + np.maximum(0, (iya + self.ph - self.kh) // self.sh + 1)
+        hi = pb * self.ho + np.minimum(self.ho - 1, (iyb + self.ph) // self.sh) + 1
+        lo = np.minimum(lo, self.n * self.c * self.ho)
+        return lo, np.maximum(lo, hi)
 
 
 def _check(graph, seq, what, *tensors):
@@ -134,28 +134,21 @@ def _pool_type(pool_type) -> str:
 
 
 def _emit(graph, kind, codelet, dtype, win: Window, owners, regions, seq, name):
-    """One compute set: a vertex per piece of each tile's rows; regions(a, b) gives the run
-    of rows [a, b)'s values for the `runs` field and its {field: region tensor}."""
+    """One compute set: a vertex per piece of each tile's rows. regions(a, b) takes the row
+    runs [a, b) of every piece (arrays) and gives the values of the `runs` field for each run
+    (an array, one row per run) and {field: (tensor, begins, ends)} of its data regions."""
     cls = typed_variant(codelet, dtype, pc.DATA_FIELDS[codelet], "Half")
-    pieces = list(row_pieces(graph, owners))
-    if not pieces:
+    work = row_pieces(graph, owners)
+    if work.tile.size == 0:
         return
-    geometry = tile_constant(graph, INT, win.geometry(kind), [t for t, _ in pieces],
-                             f"{name}/geometry")
-    specs = []
-    for tile, piece in pieces:
-        values, fields = [], {}
-        for a, b in piece:
-            v, f = regions(a, b)
-            values += v
-            for key, t in f.items():
-                fields.setdefault(key, []).append(t)
-        specs.append((tile, values, fields))
-    runs = vertex_constants(graph, INT, [(tile, values) for tile, values, _ in specs],
-                            f"{name}/runs")
+    geometry = tile_constant(graph, INT, win.geometry(kind), work.tile, f"{name}/geometry")
+    values, fields = regions(work.begins, work.ends)
+    runs = vertex_constants(graph, INT, values.ravel(), work.counts * values.shape[1],
+                            work.tile, f"{name}/runs")
+    conns = {"geometry": geometry.regions(work.tile), "runs": runs}
+    conns.update({key: Regions(t, b, e, work.counts) for key, (t, b, e) in fields.items()})
     cs = graph.add_compute_set(name)
-    for (tile, _, fields), r in zip(specs, runs):
-        graph.add_vertex(cs, cls, {"geometry": geometry[tile], "runs": r, **fields}, tile)
+    graph.add_vertices(cs, cls, work.tile, conns)
     seq.add(prog.Execute(cs))
 
 
@@ -180,8 +173,8 @@ def pool(graph, pool_type, x, kernel, stride, padding, seq, name: str = "",
 
     def regions(a, b):
         lo, hi = win.in_rows(a, b)
-        return [a, lo], {"in": xf.slice(lo * win.w, hi * win.w),
-                         "out": of.slice(a * win.wo, b * win.wo)}
+        return np.stack([a, lo], 1), {"in": (xf, lo * win.w, hi * win.w),
+                                      "out": (of, a * win.wo, b * win.wo)}
     codelet = pc.MaxPool if kind == "max" else pc.AvgPool
     _emit(graph, kind, codelet, x.dtype, win, owners, regions, seq, name)
     return out
@@ -223,14 +216,14 @@ def pool_input_gradient(graph, pool_type, x, pooled, pooled_grad, kernel, stride
 
     def regions(a, b):
         g0, g1 = win.out_rows(a, b)
-        fields = {"grad": gf.slice(g0 * win.wo, g1 * win.wo),
-                  "out": of.slice(a * win.w, b * win.w)}
+        fields = {"grad": (gf, g0 * win.wo, g1 * win.wo), "out": (of, a * win.w, b * win.w)}
         if kind == "avg":
-            return [a, g0], fields
-        x0, x1 = win.in_rows(g0, g1) if g1 > g0 else (a, a)
-        fields["x"] = x.flatten().slice(x0 * win.w, x1 * win.w)
-        fields["pooled"] = pooled.flatten().slice(g0 * win.wo, g1 * win.wo)
-        return [a, g0, x0], fields
+            return np.stack([a, g0], 1), fields
+        x0, x1 = win.in_rows(g0, g1)
+        x0, x1 = np.where(g1 > g0, x0, a), np.where(g1 > g0, x1, a)
+        fields["x"] = (x.flatten(), x0 * win.w, x1 * win.w)
+        fields["pooled"] = (pooled.flatten(), g0 * win.wo, g1 * win.wo)
+        return np.stack([a, g0, x0], 1), fields
     codelet = pc.MaxPoolGrad if kind == "max" else pc.AvgPoolGrad
     _emit(graph, kind, codelet, pooled_grad.dtype, win, owners, regions, seq, name)
     return out

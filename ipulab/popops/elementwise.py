@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import Tensor
+from ..poplar import Regions, Tensor
 from ..poplar import program as prog
 from . import expr as E
 from .mapcodelet import map_codelet, result_dtype
-from ..poputil import grain_of, new_like, require_mapped, split_even, tile_intervals
-from .mapping import broadcast_shape, broadcast_to, gather
+from ..poputil import grain_of, new_like, require_mapped, tile_pieces
+from .mapping import broadcast_shape, broadcast_to
 
 
 def _check_args(graph, expression, tensors, seq, what):
@@ -90,15 +90,14 @@ def _emit(graph, expression, tensors, used, out: Tensor, in_place: bool, seq, na
     graph.add_codelets(cls)
     views = {k: (t.flatten() if inputs[k][1] else broadcast_to(t, out.shape).flatten())
              for k, t in fields}
-    out_flat = out.flatten()
-    workers = graph.target.num_worker_contexts
+    work = tile_pieces(graph, out, graph.target.num_worker_contexts, grain_of(out.dtype))
+    n = work.tile.size
+    conns = {"out": Regions(out.flatten(), work.begins, work.ends, work.counts)}
+    for k, v in views.items():
+        conns[f"in{k}"] = Regions.whole(v, n) if inputs[k][1] else \
+            Regions(v, work.begins, work.ends, work.counts)
     cs = graph.add_compute_set(name)
-    for tile, intervals in tile_intervals(graph, out):
-        for piece in split_even(intervals, workers, grain_of(out.dtype)):
-            conns = {"out": gather(out_flat, piece)}
-            for k, v in views.items():
-                conns[f"in{k}"] = v if inputs[k][1] else gather(v, piece)
-            graph.add_vertex(cs, cls.__name__, conns, tile)
+    graph.add_vertices(cs, cls.__name__, work.tile, conns)
     seq.add(prog.Execute(cs))
 
 

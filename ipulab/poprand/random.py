@@ -20,35 +20,34 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Tensor
+from ..poplar import BOOL, FLOAT, HALF, INT, UNSIGNED_INT, Regions, Tensor
 from ..poplar import program as prog
 from ..poplar.types import as_type
 from .. import popops
-from ..poputil import (grain_of, new_like, split_even, tile_constant, tile_intervals,
-                       typed_variant, vertex_constants)
+from ..poputil import (grain_of, new_like, tile_constant, tile_pieces, typed_variant,
+                       vertex_constants)
 from ..popops.expr import _1, _2, select
 from . import codelets as rc
 
 MAX_ELEMENTS = 2 ** 32     # element indices are 32-bit on the tiles
 
 
-def _seed_words(graph, seed, tiles, name, what) -> dict:
-    """{tile: the seed tensor each vertex on that tile reads}."""
+def _seed_words(graph, seed, tiles, name, what) -> Regions:
+    """The seed each vertex (on tiles[v]) reads: the seed tensor, or a constant on its tile."""
     if isinstance(seed, Tensor):
         graph.check_tensor(seed)
         if seed.dtype != UNSIGNED_INT or seed.num_elements() != 2:
             raise GraphError(f"{what}: a seed tensor must be UNSIGNED_INT with 2 elements "
                              f"[low word, high word], not '{seed.name}' {seed.dtype} "
                              f"{list(seed.shape)}")
-        flat = seed.flatten()
-        return {t: flat for t in tiles}
+        return Regions.whole(seed.flatten(), len(tiles))
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or \
             not 0 <= int(seed) < 2 ** 64:
         raise GraphError(f"{what}: seed must be an int in [0, 2^64) or an UNSIGNED_INT tensor "
                          f"of 2 elements, not {seed!r}")
     seed = int(seed)
     return tile_constant(graph, UNSIGNED_INT, [seed & 0xFFFFFFFF, seed >> 32], tiles,
-                         f"{name}/seed")
+                         f"{name}/seed").regions(tiles)
 
 
 def _modifier(seed_modifier, what) -> int:
@@ -83,24 +82,21 @@ def _generate(graph, codelet, out, params, params_dtype, seed, seed_modifier, se
     modifier = _modifier(seed_modifier, what)
     if out.num_elements() >= MAX_ELEMENTS:
         raise GraphError(f"{what}: at most 2^32 - 1 elements, not {out.num_elements()}")
-    workers = graph.target.num_worker_contexts
-    pieces = [(tile, piece) for tile, intervals in tile_intervals(graph, out.flatten())
-              for piece in split_even(intervals, workers, grain_of(out.dtype))]
-    if not pieces:
+    work = tile_pieces(graph, out, graph.target.num_worker_contexts, grain_of(out.dtype), what)
+    if work.tile.size == 0:
         return
-    tiles = [t for t, _ in pieces]
-    seeds = _seed_words(graph, seed, tiles, name, what)
-    consts = tile_constant(graph, params_dtype, params, tiles, f"{name}/params")
-    metas = vertex_constants(graph, UNSIGNED_INT, [(t, [modifier, codelet.kind] +
-                                                    [b for b, _ in piece])
-                                                   for t, piece in pieces], f"{name}/meta")
-    flats = {k: t.flatten() for k, t in {"out": out, **(fields or {})}.items()}
+    seeds = _seed_words(graph, seed, work.tile, name, what)
+    consts = tile_constant(graph, params_dtype, params, work.tile, f"{name}/params")
+    first = np.cumsum(work.counts) - work.counts
+    meta = np.insert(work.begins, np.repeat(first, 2), np.tile([modifier, codelet.kind],
+                                                             work.tile.size))
+    conns = {"seed": seeds, "params": consts.regions(work.tile),
+             "meta": vertex_constants(graph, UNSIGNED_INT, meta, work.counts + 2, work.tile,
+                                      f"{name}/meta")}
+    for key, t in {"out": out, **(fields or {})}.items():
+        conns[key] = Regions(t.flatten(), work.begins, work.ends, work.counts)
     cs = graph.add_compute_set(name)
-    for (tile, piece), meta in zip(pieces, metas):
-        conns = {"seed": seeds[tile], "meta": meta, "params": consts[tile]}
-        for key, flat in flats.items():
-            conns[key] = [flat.slice(b, e) for b, e in piece]
-        graph.add_vertex(cs, codelet, conns, tile)
+    graph.add_vertices(cs, codelet, work.tile, conns)
     seq.add(prog.Execute(cs))
 
 

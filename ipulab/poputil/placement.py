@@ -9,9 +9,12 @@ small constants placed on the tiles that read them.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import GraphError
+from ..poplar import Regions
 from .tile_mapping import map_tensor_linearly
 
 
@@ -55,6 +58,50 @@ def split_even(intervals, parts: int, grain: int = 1) -> list[list[tuple[int, in
     return pieces
 
 
+class Pieces(NamedTuple):
+    """Work cut into pieces, one vertex each: piece p is on tile[p] and covers the intervals
+    [begins[r], ends[r]) of its counts[p] runs (in order: poplar.Regions takes them as is)."""
+
+    tile: np.ndarray
+    begins: np.ndarray
+    ends: np.ndarray
+    counts: np.ndarray
+
+    def scaled(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The runs' (begins, ends) in units `width` times smaller (rows -> elements)."""
+        return self.begins * width, self.ends * width
+
+
+def pieces(tiles: np.ndarray, parts: int, grain: int = 1) -> Pieces:
+    """split_even for every tile at once: tiles[i] is the tile of element i; each tile's
+    elements (in order) are cut into at most `parts` contiguous pieces of near-equal size,
+    cutting only at multiples of grain. Pieces come tile by tile, tiles in increasing order."""
+    tiles = np.asarray(tiles, np.int64)
+    order = np.argsort(tiles, kind="stable")
+    tile_ids, first, totals = np.unique(tiles[order], return_index=True, return_counts=True)
+    n = np.maximum(1, np.minimum(parts, -(-totals // grain)))
+    owner = np.repeat(np.arange(tile_ids.size), n - 1)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(n - 1) - (n - 1), n - 1) + 1
+    cut = (k * totals[owner] // n[owner]) // grain * grain
+    keep = (cut > 0) & np.r_[True, (cut[1:] != cut[:-1]) | (owner[1:] != owner[:-1])]
+    starts = np.sort(np.concatenate([first, first[owner[keep]] + cut[keep]]))
+    is_start = np.zeros(tiles.size, bool)
+    is_start[starts] = True
+    run_start = is_start | np.r_[True, np.diff(order) != 1]
+    begins = order[run_start]
+    ends = order[np.r_[np.flatnonzero(run_start)[1:] - 1, order.size - 1]] + 1 \
+        if order.size else begins
+    piece_of_run = np.cumsum(is_start)[run_start] - 1
+    return Pieces(tiles[order][starts], begins, ends,
+                  np.bincount(piece_of_run, minlength=starts.size))
+
+
+def tile_pieces(graph, t, parts: int, grain: int = 1, what: str = "") -> Pieces:
+    """pieces() of t's flattened elements where they live (GraphError if some are on no
+    tile)."""
+    return pieces(element_tiles(graph, t, what or f"tensor '{t.name}'"), parts, grain)
+
+
 def runs(indices) -> list[tuple[int, int]]:
     """Sorted indices as [(begin, end)] runs of consecutive values."""
     idx = np.asarray(indices, np.int64)
@@ -83,9 +130,9 @@ def new_like(graph, dtype, shape, like, name: str):
     """A new variable mapped element by element like `like` (same shape), or linearly when
     `like` is None or not fully mapped."""
     out = graph.add_variable(dtype, shape, name)
-    mapping = graph.get_tile_mapping(like) if like is not None else None
-    if mapping is not None and sum(e - b for iv in mapping for b, e in iv) == out.num_elements():
-        graph.set_tile_mapping(out, mapping)
+    tiles = graph.tiles_of(like) if like is not None else None
+    if tiles is not None and tiles.size == out.num_elements() and (tiles >= 0).all():
+        graph.set_tile_mapping(out, tiles)
     else:
         map_tensor_linearly(graph, out)
     return out
@@ -110,51 +157,47 @@ def row_owners(graph, t, width: int, what: str) -> np.ndarray:
     return tiles[np.arange(rows, dtype=np.int64) * width + width // 2]
 
 
-def row_runs(graph, owners: np.ndarray) -> list[list[tuple[int, int]]]:
-    """Per tile, the [begin, end) runs of the rows it owns."""
-    return per_tile_runs(owners, np.arange(owners.size), graph.target.num_tiles)
-
-
 def map_rows(graph, t, owners: np.ndarray, width: int) -> None:
     """Map t (flattened: rows of `width` elements) row by row to the owners."""
-    graph.set_tile_mapping(t, [[(a * width, b * width) for a, b in runs]
-                               for runs in row_runs(graph, owners)])
+    graph.set_tile_mapping(t, np.repeat(np.asarray(owners, np.int64), width))
 
 
-def row_pieces(graph, owners: np.ndarray):
-    """(tile, [row runs]) for each vertex: each tile's rows cut into at most one contiguous
-    piece per worker context (a piece may hold several runs when the tile's rows are not
-    contiguous)."""
-    workers = graph.target.num_worker_contexts
-    for tile, runs in enumerate(row_runs(graph, owners)):
-        if runs:
-            for piece in split_even(runs, workers):
-                yield tile, piece
+def row_pieces(graph, owners: np.ndarray) -> Pieces:
+    """The vertices of a row-wise operation: each tile's rows (runs of row numbers) cut into
+    at most one contiguous piece per worker context."""
+    return pieces(owners, graph.target.num_worker_contexts)
 
 
 # --- constants on the tiles that read them ------------------------------------------------------
-def tile_constant(graph, dtype, values, tiles, name: str) -> dict:
-    """The same small constant on each of the given tiles: {tile: its copy}, so vertices read
-    it in place instead of through the exchange."""
+class TileConstant(NamedTuple):
+    """One small constant copied onto several tiles: row i of `tensor` lives on tiles[i]."""
+
+    tensor: object
+    tiles: np.ndarray
+
+    def regions(self, vertex_tiles) -> Regions:
+        """For vertices on the given tiles: each reads the copy on its own tile."""
+        size = self.tensor.shape[1]
+        row = np.searchsorted(self.tiles, np.asarray(vertex_tiles, np.int64)) * size
+        return Regions(self.tensor, row, row + size)
+
+
+def tile_constant(graph, dtype, values, tiles, name: str) -> TileConstant:
+    """The same small constant on each of the given tiles, so vertices read it in place
+    instead of through the exchange."""
     values = np.asarray(values).ravel()
-    tiles = sorted(set(int(t) for t in tiles))
-    c = graph.add_constant(dtype, [len(tiles), values.size], np.tile(values, (len(tiles), 1)),
+    tiles = np.unique(np.asarray(tiles, np.int64))
+    c = graph.add_constant(dtype, [tiles.size, values.size], np.tile(values, (tiles.size, 1)),
                            name)
-    mapping = [[] for _ in range(graph.target.num_tiles)]
-    for i, tile in enumerate(tiles):
-        mapping[tile].append((i * values.size, (i + 1) * values.size))
-    graph.set_tile_mapping(c, mapping)
-    return {tile: c[i] for i, tile in enumerate(tiles)}
+    graph.set_tile_mapping(c, np.repeat(tiles, values.size))
+    return TileConstant(c, tiles)
 
 
-def vertex_constants(graph, dtype, segments, name: str) -> list:
-    """One constant holding each vertex's own values, cut into per-vertex slices, each mapped
-    to its vertex's tile. segments: [(tile, values)]; returns the slices in that order."""
-    sizes = np.array([len(v) for _, v in segments], np.int64)
-    flat = np.concatenate([np.asarray(v, np.int64) for _, v in segments]) if segments else []
-    c = graph.add_constant(dtype, [int(sizes.sum())], flat, name)
-    tiles = np.repeat([tile for tile, _ in segments], sizes)
-    graph.set_tile_mapping(c, per_tile_runs(tiles, np.arange(tiles.size),
-                                            graph.target.num_tiles))
+def vertex_constants(graph, dtype, values, sizes, tiles, name: str) -> Regions:
+    """One constant holding each vertex's own values (`sizes[v]` of the flat `values` for
+    vertex v, which is on tiles[v]), mapped to the vertices' tiles; their regions of it."""
+    sizes = np.asarray(sizes, np.int64)
+    c = graph.add_constant(dtype, [int(sizes.sum())], np.asarray(values, np.int64), name)
+    graph.set_tile_mapping(c, np.repeat(np.asarray(tiles, np.int64), sizes))
     ends = np.cumsum(sizes)
-    return [c.slice(int(e - n), int(e)) for e, n in zip(ends, sizes)]
+    return Regions(c, ends - sizes, ends)

@@ -24,8 +24,8 @@ def _partition_sizes(num_elements: int, num_tiles: int, min_elements: int, grain
     return np.diff(bounds)
 
 
-def calc_linear_tile_mapping(graph, tensor, min_elements_per_tile=None, grain_size=None):
-    """The mapping map_tensor_linearly would set: per tile, [begin, end) of flattened elements."""
+def _linear_sizes(graph, tensor, min_elements_per_tile, grain_size) -> np.ndarray:
+    """Elements on tiles 0, 1, ... (only the tiles used) of map_tensor_linearly."""
     size = tensor.dtype.size
     grain = max(1, VECTOR_BYTES // size) if grain_size is None else int(grain_size)
     if min_elements_per_tile is None:
@@ -33,8 +33,13 @@ def calc_linear_tile_mapping(graph, tensor, min_elements_per_tile=None, grain_si
     if grain < 1 or min_elements_per_tile < 0:
         raise GraphError(f"map_tensor_linearly('{tensor.name}'): grain_size must be >= 1 and "
                          f"min_elements_per_tile >= 0")
-    sizes = _partition_sizes(tensor.num_elements(), graph.target.num_tiles,
-                             int(min_elements_per_tile), grain)
+    return _partition_sizes(tensor.num_elements(), graph.target.num_tiles,
+                            int(min_elements_per_tile), grain)
+
+
+def calc_linear_tile_mapping(graph, tensor, min_elements_per_tile=None, grain_size=None):
+    """The mapping map_tensor_linearly would set: per tile, [begin, end) of flattened elements."""
+    sizes = _linear_sizes(graph, tensor, min_elements_per_tile, grain_size)
     ends = np.cumsum(sizes)
     mapping = [[] for _ in range(graph.target.num_tiles)]
     for tile, (b, e) in enumerate(zip((ends - sizes).tolist(), ends.tolist())):
@@ -49,5 +54,5 @@ def map_tensor_linearly(graph, tensor, min_elements_per_tile=None, grain_size=No
     (2,000 floats on 1,472 tiles use 59 tiles). Pass min_elements_per_tile / grain_size to
     choose, as in Poplar's four-argument form.
     """
-    graph.set_tile_mapping(tensor, calc_linear_tile_mapping(graph, tensor, min_elements_per_tile,
-                                                            grain_size))
+    sizes = _linear_sizes(graph, tensor, min_elements_per_tile, grain_size)
+    graph.set_tile_mapping(tensor, np.repeat(np.arange(sizes.size, dtype=np.int64), sizes))
