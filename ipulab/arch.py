@@ -138,6 +138,14 @@ class CostModel:
     # involves a tile costs a few supervisor instructions there.
     codelet_code_bytes: int = 256
     control_code_bytes_per_step: int = 16
+    # Product planning: PopLibs plans products and convolutions in groups of channels that
+    # fill the AMP unit (its planner's in-, out- and partial-channels per group) and never
+    # cuts a dimension into blocks smaller than that: thinner blocks leave the AMP idle and
+    # multiply the pieces the exchange must address and move. poplin.plan_mat_mul keeps
+    # blocks of at least this many rows (m), inner elements (k) and columns (n), unless the
+    # dimension itself is smaller. [MODEL: the AMP's 16 fp32 MACs per cycle as 16 x 1 (rows
+    # of the result x columns), fed in 32-element runs of the inner dimension.]
+    matmul_grain: tuple = (16, 32, 16)
 
 
 COST = CostModel()

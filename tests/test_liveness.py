@@ -498,17 +498,20 @@ def test_lifetimes_cover_needed_values_and_shared_addresses_never_meet(dev4, cas
 
 def test_offsets_are_shared_across_tiles_and_times_but_not_both():
     """Variables live at the same time may take the same bytes on different tiles (pipeline
-    stages on different IPUs), or on one tile at different times, never both at once."""
-    from ipulab.poplar.liveness import assign_offsets, tile_blocks
+    stages on different IPUs), or on one tile at different times, never both at once; each
+    tile is packed on its own."""
+    from ipulab.poplar.liveness import assign_offsets
 
     start = np.array([[0], [0], [5], [10]])
     end = np.array([[9], [9], [7], [12]])
-    size = np.array([64, 64, 32, 64])
-    tiles = [np.array([0, 1]), np.array([6, 7]), np.array([1]), np.array([1])]
-    offsets = assign_offsets(start, end, size, tile_blocks(tiles, 8))
-    assert offsets[0] == offsets[1] == 0     # same time, different tiles
-    assert offsets[2] == 64                  # meets variable 0 on tile 1: above it
-    assert offsets[3] == 0                   # tile 1 again, but after both have died
+    # allocations: (variable, tile, bytes)
+    var, tile, size = (np.array(x) for x in zip((0, 0, 64), (0, 1, 64), (1, 6, 64), (1, 7, 64),
+                                                 (2, 1, 32), (3, 1, 64), (2, 2, 32)))
+    offsets = assign_offsets(start, end, var, tile, size)
+    assert offsets[:4].tolist() == [0, 0, 0, 0]    # same time, different tiles
+    assert offsets[4] == 64                        # meets variable 0 on tile 1: above it
+    assert offsets[5] == 0                         # tile 1 again, but after both have died
+    assert offsets[6] == 0                         # variable 2 on tile 2 has it to itself
     crowded = assign_offsets(np.zeros((3, 1), np.int64), np.ones((3, 1), np.int64),
-                             np.array([8, 24, 16]), np.ones((3, 1), bool))
+                             np.arange(3), np.zeros(3, np.int64), np.array([8, 24, 16]))
     assert sorted(crowded.tolist()) == [0, 24, 40]   # largest first, packed

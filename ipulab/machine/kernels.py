@@ -228,11 +228,15 @@ def first_of_pairs(a, b):
 def copy_runs_replicated(src, dst, src_start, dst_start, length, src_stride, dst_stride,
                          replicas):
     """copy_runs for every replica: replica i's run r is shifted by i * src_stride[r] and
-    i * dst_stride[r]."""
-    for i in range(replicas):
-        for r in range(length.shape[0]):
-            n = length[r]
-            s, d = src_start[r] + i * src_stride[r], dst_start[r] + i * dst_stride[r]
+    i * dst_stride[r] (run by run, every replica's copy of a run one after another; the tables
+    are unsigned like copy_runs', so no index is checked for being negative)."""
+    for r in range(length.shape[0]):
+        n = length[r]
+        s0, d0 = src_start[r], dst_start[r]
+        ss, ds = src_stride[r], dst_stride[r]
+        for i in range(replicas):
+            s = s0 + src_start.dtype.type(i) * ss
+            d = d0 + dst_start.dtype.type(i) * ds
             if n <= 8:
                 for k in range(n):
                     dst[d + k] = src[s + k]
@@ -261,3 +265,39 @@ def first_repeat(ids):
                 found = a
         seen[a - lo] = True
     return found
+
+
+@njit(cache=True, nogil=True)
+def place_on_tiles(tile, var, size, start, end):
+    """Offsets for allocations (tile[i], var[i], size[i] bytes), given sorted by tile, then
+    largest first: on each tile, each at the lowest offset clear of the allocations placed
+    before it there whose variables are live at the same time (start/end: per variable and
+    root program, -1 where unused). Allocations of variables never live together share bytes."""
+    n = tile.shape[0]
+    offset = np.zeros(n, np.int64)
+    lo = np.empty(n, np.int64)
+    hi = np.empty(n, np.int64)
+    first = 0
+    for i in range(n):
+        if i > 0 and tile[i] != tile[i - 1]:
+            first = i
+        m = 0
+        for j in range(first, i):
+            a, b = var[i], var[j]
+            meet = False
+            for r in range(start.shape[1]):
+                if start[a, r] >= 0 and start[b, r] >= 0 and start[a, r] <= end[b, r] \
+                        and start[b, r] <= end[a, r]:
+                    meet = True
+                    break
+            if meet:
+                lo[m], hi[m] = offset[j], offset[j] + size[j]
+                m += 1
+        order = np.argsort(lo[:m])
+        at = 0
+        for k in order:
+            if lo[k] - at >= size[i]:
+                break
+            at = max(at, hi[k])
+        offset[i] = at
+    return offset

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..machine.memory import CATEGORY, TileMemory
-from .liveness import Liveness, ProgramOrder, assign_offsets, lifetimes, tile_blocks
+from .liveness import Liveness, ProgramOrder, assign_offsets, lifetimes
 
 
 def _cat(xs) -> np.ndarray:
@@ -24,10 +24,11 @@ def variable_placement(c) -> tuple[list, list]:
     return var_tiles, var_bytes
 
 
-def liveness(c, var_tiles: list, var_bytes: list) -> dict[int, int]:
+def liveness(c, var_tiles: list, var_bytes: list) -> dict[int, np.ndarray]:
     """Find the variables that are not always live, their intervals in the program order and
-    their offsets; keep what the memory views need as c.out.liveness.
-    Returns {variable: offset} for the variables that are not always live."""
+    their offsets; keep what the memory views need as c.out.liveness. Returns {variable: its
+    offset on each of its tiles} for the variables that are not always live (placed on
+    replica 0's tiles; every replica the same)."""
     st, align = c.st, c.target.cost.alignment
     order = ProgramOrder(c.out.roots)
     touched, read_first, start, end = lifetimes(order, c.touches, len(st.variables))
@@ -37,13 +38,16 @@ def liveness(c, var_tiles: list, var_bytes: list) -> dict[int, int]:
     temp = np.flatnonzero(touched & ~read_first & ~pinned)
     tiles = [var_tiles[v] for v in temp.tolist()]
     nbytes = [-(-var_bytes[v] // align) * align for v in temp.tolist()]
-    offsets = assign_offsets(start[temp], end[temp],
-                             np.array([int(b.max(initial=0)) for b in nbytes], np.int64),
-                             tile_blocks(tiles, c.T))
     owners = _cat([np.full(t.size, v) for t, v in zip(tiles, temp.tolist())])
     c.out.liveness = Liveness(order, temp, start[temp], end[temp], _cat(tiles), _cat(nbytes),
                               owners, c.T)
-    return dict(zip(temp.tolist(), offsets.tolist()))
+    first = [t.size // c.rep.r for t in tiles]           # replica 0's allocations come first
+    row = np.repeat(np.arange(temp.size), first)
+    offsets = assign_offsets(start[temp], end[temp], row,
+                             _cat([t[:n] for t, n in zip(tiles, first)]),
+                             _cat([b[:n] for b, n in zip(nbytes, first)]))
+    ends = np.cumsum(first)
+    return {v: np.tile(offsets[e - n:e], c.rep.r) for v, e, n in zip(temp.tolist(), ends, first)}
 
 
 def _overheads(c) -> list[tuple[str, str, np.ndarray]]:
@@ -74,8 +78,7 @@ def layout_memory(c) -> TileMemory:
         nz, nbytes = var_tiles[vi], var_bytes[vi]
         names.append(v.name)
         if vi in offset_of:
-            for out, x in zip(shared, (nz, nbytes, np.full(nz.size, vi),
-                                       np.full(nz.size, offset_of[vi]))):
+            for out, x in zip(shared, (nz, nbytes, np.full(nz.size, vi), offset_of[vi])):
                 out.append(x)
         else:
             tiles.append(nz), sizes.append(nbytes), owners.append(np.full(nz.size, vi))

@@ -14,7 +14,7 @@ source to destination, predicates are read). A variable is **not always live** w
 
 It then needs memory only over [first touch, last touch] in each root program that uses it
 (the programs never run at the same time), and variables whose intervals never overlap share
-addresses (assign_offsets). Control flow keeps the intervals safe:
+addresses (assign_offsets, tile by tile). Control flow keeps the intervals safe:
 
 - loops: a variable whose first touch in the body is a read is loop-carried: it needs memory
   over the whole loop (and is always live if nothing writes it before the loop); a variable the
@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..machine import bsp
+from ..machine.kernels import place_on_tiles
 
 READ, WRITE = 0, 1
 
@@ -261,50 +262,21 @@ def _first_events(pos, var, kind):
     return var[first], kind[first]
 
 
-def assign_offsets(start: np.ndarray, end: np.ndarray, size: np.ndarray,
-                   blocks: np.ndarray) -> np.ndarray:
-    """Addresses for the variables that are not always live: one byte offset per variable,
-    the same on every tile it uses, into its tiles' not-always-live area.
+def assign_offsets(start: np.ndarray, end: np.ndarray, var: np.ndarray, tile: np.ndarray,
+                   size: np.ndarray) -> np.ndarray:
+    """Addresses for the variables that are not always live: a byte offset for each of their
+    allocations (var[i]'s size[i] bytes on tile[i]) into its tile's not-always-live area.
 
-    Variables (rows of start/end, one column per root program, -1 where unused; size: the
-    most aligned bytes the variable has on one tile; blocks: which runs of tiles it touches)
-    are placed largest first, each at the lowest offset that does not meet any placed variable
-    it conflicts with: one live at the same time (in some root) on a common block of tiles.
-    Variables on other tiles, or live at other times, may take the same bytes ("greedy by
-    size", as memory planners for accelerators do). Returns each one's offset."""
-    n = size.size
-    used = start >= 0
-    offset = np.zeros(n, np.int64)
-    order = np.lexsort((np.arange(n), -size))
-    for k, i in enumerate(order.tolist()):
-        placed = order[:k]
-        if k:
-            both = used[placed] & used[i]
-            meet = (both & (start[placed] <= end[i]) & (start[i] <= end[placed])).any(axis=1)
-            meet &= (blocks[placed] & blocks[i]).any(axis=1)
-            offset[i] = _lowest_gap(offset[placed[meet]], offset[placed[meet]] +
-                                    size[placed[meet]], int(size[i]))
+    start/end: per variable (row) and root program (column), its interval, -1 where unused.
+    On each tile the allocations are placed largest first, each at the lowest offset that
+    meets none of those placed before it whose variables are live at the same time (in some
+    root): variables live at other times, or on other tiles, may take the same bytes
+    ("greedy by size", as memory planners for accelerators do)."""
+    order = np.lexsort((var, -size, tile))
+    offset = np.empty(var.size, np.int64)
+    offset[order] = place_on_tiles(tile[order], var[order], size[order],
+                                   np.ascontiguousarray(start), np.ascontiguousarray(end))
     return offset
-
-
-def _lowest_gap(lo: np.ndarray, hi: np.ndarray, need: int) -> int:
-    """The lowest offset >= 0 where `need` bytes fit between the intervals [lo, hi)."""
-    if lo.size == 0:
-        return 0
-    order = np.argsort(lo, kind="stable")
-    lo, reach = lo[order], np.maximum.accumulate(hi[order])
-    starts = np.concatenate([[0], reach])
-    ends = np.concatenate([lo, [np.iinfo(np.int64).max]])
-    return int(starts[np.argmax(ends - starts >= need)])
-
-
-def tile_blocks(tiles: list, num_tiles: int, max_blocks: int = 64) -> np.ndarray:
-    """Which of (at most max_blocks) equal runs of tiles each variable's tiles touch."""
-    G = min(num_tiles, max_blocks)
-    out = np.zeros((len(tiles), G), bool)
-    for i, t in enumerate(tiles):
-        out[i, np.asarray(t, np.int64) * G // num_tiles] = True
-    return out
 
 
 class Liveness:

@@ -325,12 +325,15 @@ def _select(ev: dict, tiles: np.ndarray, budget: int, temp_budget: int):
 
 
 def _search(target, dims: Split, dtype: Type, accumulate: bool, budget: int, temp_budget: int):
-    """Cost every split worth trying (at most target.num_tiles tiles), a group count at a
-    time; return the finalists' (pg, pm, pk, pn) arrays: each count's best and leanest."""
+    """Cost every split worth trying (at most target.num_tiles tiles, no block thinner than
+    the cost model's matmul_grain), a group count at a time; return the finalists'
+    (pg, pm, pk, pn) arrays: each count's best and leanest."""
     T = target.num_tiles
+    grains = target.cost.matmul_grain
     rows = []
     for pg in _candidates(dims.groups, T):
-        pm, pk, pn = np.meshgrid(*_thin([_candidates(d, T // pg) for d in dims[1:]]),
+        pm, pk, pn = np.meshgrid(*_thin([_candidates(d, min(T // pg, _ceil(d, grain)))
+                                         for d, grain in zip(dims[1:], grains)]),
                                  indexing="ij")
         keep = pg * pm * pk * pn <= T
         pm, pk, pn = pm[keep], pk[keep], pn[keep]
@@ -345,7 +348,8 @@ def plan_mat_mul(target, m: int, k: int, n: int, dtype=FLOAT, options=None, grou
                  accumulate: bool = False) -> MatMulPlan:
     """Choose how to split a (groups x) (m x k) @ (k x n) product over the target's tiles.
 
-    Every useful split is costed with the cycle model and the fastest whose memory fits the
+    Every useful split (no block thinner than the cost model's matmul_grain, as PopLibs plans
+    in groups of channels) is costed with the cycle model and the fastest whose memory fits the
     tile (less MEMORY_MARGIN) with temporaries within availableMemoryProportion is chosen
     (ties: fewer tiles); if no split meets the proportion, the one with the least temporary
     memory that still fits is taken (plan.note says so), as Poplar does. Raises
