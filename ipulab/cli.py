@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the whole message of every failed check")
     csub.add_parser("doctor", help="check that this installation is ready for the course")
     parser.course_parser = course
+    cache = sub.add_parser("cache", help="the executable cache: where it is, what it holds, "
+                           "emptying it")
+    cache.add_argument("action", choices=("info", "clear"))
     return parser
 
 
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         return train_command(args)
     if args.command == "course":
         return course_main(args, parser)
+    if args.command == "cache":
+        return cache_command(args.action)
     parser.print_help()
     return 0
 
@@ -293,6 +298,22 @@ def train_command(args) -> int:
 
         report = viz.training_report(trainer.history, trainer.profile(), title, rows)
         print(f"\nreport: {viz.save_html(report, args.report, 'ipulab train')}")
+    return 0
+
+
+def cache_command(action: str) -> int:
+    """`ipulab cache info | clear`: compiled graphs kept under a key of their content."""
+    from ipulab.poplar import executables as X
+
+    where = X.folder()
+    if action == "clear":
+        print(f"removed {X.clear()} executable(s) from {where}")
+        return 0
+    files = X.entries()
+    size = sum(f.stat().st_size for f in files)
+    state = "on" if X.enabled() else "off (IPULAB_CACHE=off)"
+    print(f"executable cache: {state}\nfolder: {where}\nentries: {len(files)} "
+          f"({size / 2**20:,.1f} MiB)")
     return 0
 
 

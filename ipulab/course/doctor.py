@@ -96,7 +96,7 @@ def check_numba() -> list[Finding]:
     except OSError as e:
         out.append(Finding("codelet cache", False, f"{d} is not writable ({e.strerror}): library "
                            "codelets would be recompiled in every kernel",
-                           "export IPULAB_CACHE_DIR=/a/writable/folder   (then restart Jupyter)"))
+                           "export IPULAB_CACHE=/a/writable/folder   (then restart Jupyter)"))
     return out
 
 

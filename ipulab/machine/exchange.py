@@ -117,6 +117,13 @@ class CopyPlan:
                               for x in (src_stride, dst_stride))
         return plan
 
+    def __getstate__(self) -> dict:
+        """What running needs (a stored executable): the run tables, not the planning arrays
+        (addresses, tiles and bytes as int64), which cost and traffic were computed from."""
+        keep = ("_runs", "_strides", "replicas", "tile_stride", "staged", "num_elements",
+                "elem_bytes")
+        return {k: v for k, v in self.__dict__.items() if k in keep}
+
     @cached_property
     def cycles(self) -> dict:
         """Per-tile cycles of replica 0's runs alone (a compiler costs whole phases of plans at

@@ -134,6 +134,14 @@ class Batch:
         self.readonly = [f.direction == "input" for f in order]
         self.plan = plan
         self.progress = np.zeros(1, np.int64)
+        self._fn = None
+
+    def __getstate__(self) -> dict:
+        """Everything but the compiled driver (compiled again where the batch is loaded)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _fn=None)
 
     def _arrays(self, arenas, arenas_ro):
         return [(arenas_ro if ro else arenas)[k] for k, ro in zip(self.arena_keys, self.readonly)]
@@ -159,6 +167,8 @@ class Batch:
         self._fn = driver
 
     def run(self, arenas, arenas_ro) -> None:
+        if self._fn is None:
+            self.compile(arenas, arenas_ro)
         arrays = self._arrays(arenas, arenas_ro)
         try:
             if self.mode == "python":

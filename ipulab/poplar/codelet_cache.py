@@ -26,10 +26,21 @@ _OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
                                     "../machine/simd.py"))
 
 
+OFF = ("off", "0", "false", "no")
+
+
+def cache_root() -> Path:
+    """ipulab's cache folder: $IPULAB_CACHE (or the older $IPULAB_CACHE_DIR), else
+    ~/.cache/ipulab. (IPULAB_CACHE=off switches off the executable cache, not this folder.)"""
+    root = os.environ.get("IPULAB_CACHE")
+    if root is None or root.lower() in OFF:
+        root = os.environ.get("IPULAB_CACHE_DIR") or Path.home() / ".cache" / "ipulab"
+    return Path(root)
+
+
 def cache_dir() -> Path:
-    """Where generated driver modules live: $IPULAB_CACHE_DIR or ~/.cache/ipulab."""
-    root = os.environ.get("IPULAB_CACHE_DIR") or Path.home() / ".cache" / "ipulab"
-    return Path(root) / "codelets"
+    """Where generated driver modules live: the cache folder's codelets/."""
+    return cache_root() / "codelets"
 
 
 def _home_module(fn):

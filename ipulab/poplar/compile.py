@@ -171,21 +171,8 @@ class Compiler:
                                                  else "internal"))
         self.add_step(step)
         self.touch(step, [(key, [addr])])
-        if self.rep.r > 1:   # replicas run in lock-step: they must take the same branch
-            addrs = self.rep.addrs(key, [addr])
-
-            def read(state):
-                values = state.arenas[key][addrs]
-                if (values != values[0]).any():
-                    raise EngineError(
-                        f"{name}: the replicas disagree on predicate '{pred.name}' "
-                        f"({values.tolist()}); replicas run in lock-step, so control flow "
-                        "must be the same on all of them (e.g. all-reduce the predicate)")
-                return bool(values[0]) != negate
-            return bsp.Predicate(step, read)
-        if negate:
-            return bsp.Predicate(step, lambda state: not state.arenas[key][addr])
-        return bsp.Predicate(step, lambda state: state.arenas[key][addr])
+        addrs = self.rep.addrs(key, [addr])      # every replica's copy: they must agree
+        return bsp.Predicate(step, PredicateRead(key, addrs, negate, name, pred.name))
 
     def branch(self, p: prog.If) -> bsp.Branch:
         return bsp.Branch(self.predicate(p.pred, False, p.name or f"If {p.pred.name}"),
@@ -195,6 +182,23 @@ class Compiler:
         name = p.name or f"While {p.pred.name}"
         return bsp.WhileLoop(self.lower(p.cond), self.predicate(p.pred, p.negate, name),
                              self.lower(p.body))
+
+
+class PredicateRead:
+    """Read a one-element predicate at run time (every replica's copy, which must agree:
+    replicas run in lock-step)."""
+
+    def __init__(self, key: str, addrs, negate: bool, name: str, pred: str):
+        self.key, self.addrs, self.negate, self.name, self.pred = key, addrs, negate, name, pred
+
+    def __call__(self, state) -> bool:
+        values = state.arenas[self.key][self.addrs]
+        if (values != values[0]).any():
+            raise EngineError(
+                f"{self.name}: the replicas disagree on predicate '{self.pred}' "
+                f"({values.tolist()}); replicas run in lock-step, so control flow must be the "
+                "same on all of them (e.g. all-reduce the predicate)")
+        return bool(values[0]) != self.negate
 
 
 # One dispatch over program types (a subclass, e.g. RepeatWhileFalse, finds its base's entry).

@@ -18,13 +18,15 @@ import numpy as np
 from ..errors import EngineError
 from .codelet import MODES
 from .compile import compile_graph
+from .executables import compiled_for
 from .graph import Graph
 from .profile import Profile
 from .program import Program
 from .types import round_half
 
 _OPTIONS = {"debug.checkedCodelets": ("true", "false"),
-            "debug.codeletMode": MODES}
+            "debug.codeletMode": MODES,
+            "cache": ("true", "false")}     # the executable cache (executables.py)
 
 
 def _mode(options: dict) -> str:
@@ -108,7 +110,8 @@ class Engine:
         self.options = dict(options or {})
         self.mode = _mode(self.options)
         self.target = graph._state.target
-        self._compiled = compile_graph(graph._state, programs, self.mode)
+        self._compiled = compiled_for(graph, programs, self.mode, compile_graph,
+                                      str(self.options.get("cache", "true")) == "true")
         st = graph._state
         self.replication_factor = st.replication_factor
         self._stride = self._compiled.replica_stride

@@ -201,7 +201,7 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = _action(staging, batches)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post)
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)
@@ -456,17 +456,20 @@ class ComputeSetLowering:
                                      minlength=self.c.T).astype(np.int64) + entries
 
 
-def _action(staging: Staging, batches: list):
-    """What running the step does: exchange in, run the batches, round HALF outputs,
-    exchange out."""
-    def action(state):
-        for plan, key in staging.pre:
+class ComputeAction:
+    """What running a compute set's step does: exchange in, run the batches, round HALF
+    outputs, exchange out. (Plain data, so a compiled executable can be stored.)"""
+
+    def __init__(self, pre: list, batches: list, half_out: dict, post: list):
+        self.pre, self.batches, self.half_out, self.post = pre, batches, half_out, post
+
+    def __call__(self, state) -> None:
+        for plan, key in self.pre:
             plan.run(state.arenas[key], state.arenas[key])
-        for b in batches:
+        for b in self.batches:
             b.run(state.arenas, state.arenas_ro)
-        for key, idx in staging.half_out.items():
+        for key, idx in self.half_out.items():
             a = state.arenas[key]
             a[idx] = round_half(a[idx])
-        for plan, key in staging.post:
+        for plan, key in self.post:
             plan.run(state.arenas[key], state.arenas[key])
-    return action

@@ -33,11 +33,7 @@ def _exchange_step(c, kind: str, name: str, plans, reads, writes) -> bsp.Step:
     on_tile = c.plan_phases(step, plans)
     step.add("compute", on_tile)
     step.compute_excluding_idle = on_tile
-
-    def action(state):
-        for plan, key in plans:
-            plan.run(state.arenas[key], state.arenas[key])
-    step.action = action if plans else None
+    step.action = CopyAction(plans) if plans else None
     c.add_step(step)
     c.record_traffic(step.index, [plan for plan, _ in plans])
     c.touch(step, reads, writes)
@@ -68,15 +64,7 @@ def stream_copy(c, p) -> bsp.Step:
     # [MODEL] every replica's block crosses the system's one host link
     host[np.unique(tiles)] = c.target.host_cycles(ids.size * tensor.dtype.size)
     step.add("host_exchange", host)
-    n, name, storage = ids.size, stream.name, tensor.dtype.storage
-
-    if to_device:
-        def action(state):
-            state.arenas[key][ids] = state.stream_read(name, n).astype(storage)
-    else:
-        def action(state):
-            state.stream_write(name, state.arenas[key][ids])
-    step.action = action
+    step.action = StreamAction(stream.name, key, ids, tensor.dtype.storage, to_device)
     c.add_step(step)
     if to_device:
         c.touch(step, writes=touch)
@@ -94,17 +82,9 @@ def print_tensor(c, p) -> bsp.Step:
         c.target.host_cycles(c.rep.r * t.num_elements() * t.dtype.size)
     step.add("sync", c.target.sync_cycles("external"))
     step.add("host_exchange", host)
-    if c.rep.r == 1:
-        step.action = lambda state: state.print(p.title,
-                                                state.arenas[key][ids].astype(t.dtype.host))
-    else:   # one line (or block) per replica
-        rep_ids = c.rep.addrs(key, ids.ravel()).reshape((c.rep.r,) + ids.shape)
-
-        def action(state):
-            values = state.arenas[key][rep_ids].astype(t.dtype.host)
-            for i, v in enumerate(values):
-                state.print(f"{p.title} [replica {i}]", v)
-        step.action = action
+    rep_ids = ids if c.rep.r == 1 else \
+        c.rep.addrs(key, ids.ravel()).reshape((c.rep.r,) + ids.shape)
+    step.action = PrintAction(p.title, key, rep_ids, t.dtype.host, c.rep.r)
     c.add_step(step)
     c.touch(step, [(key, ids)])
     return step
@@ -165,34 +145,86 @@ def remote_copy(c, p) -> bsp.Step:
     host = np.zeros(c.T, np.int64)
     host[tiles] = cycles[machine]
     step.add("host_exchange", host)
-    step.action = _remote_action(p.name, buf, key, ids, t.dtype.storage, to_buffer,
-                                 np.repeat(np.arange(c.rep.r, dtype=np.int64), rows_per_replica),
-                                 rows_at)
+    step.action = RemoteAction(p.name, buf.name, buf.num_elements, buf.repeats, key, ids,
+                               t.dtype.storage, to_buffer,
+                               np.repeat(np.arange(c.rep.r, dtype=np.int64), rows_per_replica),
+                               rows_at)
     c.add_step(step)
     c.touch(step, reads, writes)
     return step
 
 
-def _remote_action(name, buf, key, ids, storage, to_buffer, replica_of_row, rows_at):
-    """Move the rows (picked by the offset tensor at rows_at, else row 0) of every replica's
-    buffer to or from the tensor's elements ids."""
-    n, repeats = buf.num_elements, buf.repeats
-    cols = np.arange(n, dtype=np.int64)
+# --- what the steps do when they run (plain data, so a compiled executable can be stored) -----
+class CopyAction:
+    """Run copy plans, each in its arena."""
 
-    def action(state):
-        if rows_at is None:
-            rows = np.zeros(replica_of_row.size, np.int64)
+    def __init__(self, plans: list):
+        self.plans = plans
+
+    def __call__(self, state) -> None:
+        for plan, key in self.plans:
+            plan.run(state.arenas[key], state.arenas[key])
+
+
+class StreamAction:
+    """A host FIFO copy: elements ids of arena key from (to_device) or to the stream."""
+
+    def __init__(self, stream: str, key: str, ids, storage, to_device: bool):
+        self.stream, self.key, self.ids = stream, key, ids
+        self.storage, self.to_device = storage, to_device
+
+    def __call__(self, state) -> None:
+        arena = state.arenas[self.key]
+        if self.to_device:
+            arena[self.ids] = state.stream_read(self.stream, self.ids.size).astype(self.storage)
         else:
-            rows = state.arenas[rows_at[0]][rows_at[1]].astype(np.int64)
-            bad = np.flatnonzero((rows < 0) | (rows >= repeats))
-            if bad.size:
-                raise EngineError(
-                    f"{name}: offset {rows[bad[0]]} (replica {replica_of_row[bad[0]]}) "
-                    f"is outside remote buffer '{buf.name}', which has rows 0 to {repeats - 1}")
-        flat = ((replica_of_row * repeats + rows)[:, None] * n + cols).ravel()
-        store = state.remote[buf.name]
-        if to_buffer:
-            store[flat] = state.arenas[key][ids]
+            state.stream_write(self.stream, arena[self.ids])
+
+
+class PrintAction:
+    """PrintTensor: the values at ids (one block per replica when replicated)."""
+
+    def __init__(self, title: str, key: str, ids, host_dtype, replicas: int):
+        self.title, self.key, self.ids = title, key, ids
+        self.host_dtype, self.replicas = host_dtype, replicas
+
+    def __call__(self, state) -> None:
+        values = state.arenas[self.key][self.ids].astype(self.host_dtype)
+        if self.replicas == 1:
+            state.print(self.title, values)
+            return
+        for i, v in enumerate(values):       # one line (or block) per replica
+            state.print(f"{self.title} [replica {i}]", v)
+
+
+class RemoteAction:
+    """Move the rows (picked by the offset tensor at rows_at, else row 0) of every replica's
+    remote buffer to or from the tensor's elements ids."""
+
+    def __init__(self, name, buffer, n, repeats, key, ids, storage, to_buffer, replica_of_row,
+                 rows_at):
+        self.name, self.buffer, self.n, self.repeats = name, buffer, n, repeats
+        self.key, self.ids, self.storage, self.to_buffer = key, ids, storage, to_buffer
+        self.replica_of_row, self.rows_at = replica_of_row, rows_at
+
+    def _rows(self, state) -> np.ndarray:
+        if self.rows_at is None:
+            return np.zeros(self.replica_of_row.size, np.int64)
+        rows = state.arenas[self.rows_at[0]][self.rows_at[1]].astype(np.int64)
+        bad = np.flatnonzero((rows < 0) | (rows >= self.repeats))
+        if bad.size:
+            raise EngineError(
+                f"{self.name}: offset {rows[bad[0]]} (replica {self.replica_of_row[bad[0]]}) "
+                f"is outside remote buffer '{self.buffer}', which has rows 0 to "
+                f"{self.repeats - 1}")
+        return rows
+
+    def __call__(self, state) -> None:
+        rows = self._rows(state)
+        flat = ((self.replica_of_row * self.repeats + rows)[:, None] * self.n
+                + np.arange(self.n, dtype=np.int64)).ravel()
+        store = state.remote[self.buffer]
+        if self.to_buffer:
+            store[flat] = state.arenas[self.key][self.ids]
         else:
-            state.arenas[key][ids] = store[flat].astype(storage)
-    return action
+            state.arenas[self.key][self.ids] = store[flat].astype(self.storage)

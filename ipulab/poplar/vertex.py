@@ -98,6 +98,13 @@ class MultiVertex(Vertex):
     multi = True
 
 
+def set_recipe(cls, factory, *args) -> type:
+    """Record that cls is what factory(*args) returns (a codelet made at run time), so that a
+    stored executable can make it again in another process. Returns cls."""
+    cls.__ipulab_recipe__ = (factory, args)
+    return cls
+
+
 def codelet_spec(cls) -> list[str]:
     """Validate a codelet class; return compute()'s field parameters in call order."""
     name = getattr(cls, "__name__", repr(cls))

@@ -33,6 +33,7 @@ from numba import njit
 from ..machine.simd import LANES, f32x8_axpy, f32x8_load, f32x8_store, f32x8_zero, u
 from ..poplar import FLOAT, HALF, INT, Input, InOut, MultiVertex, Output, Vector
 from ..poplar.types import as_type
+from ..poplar.vertex import set_recipe
 
 # Every preset has 6 worker contexts (arch.Chip.num_worker_contexts); the codelets split work
 # six ways, and the library refuses a target with another count rather than mis-split.
@@ -227,7 +228,8 @@ def matmul_block_codelet(dtype, macs_per_cycle: int) -> type:
               f"{key[1]} MACs per cycle.", "macs_per_cycle": key[1]}
         if dtype != FLOAT:
             ns.update(a=Input(Vector[dtype]), b=Input(Vector[dtype]))
-        _variants[key] = type(name, (MatMulBlock,), ns)
+        _variants[key] = set_recipe(type(name, (MatMulBlock,), ns), matmul_block_codelet,
+                                    key[0], key[1])
     return _variants[key]
 
 

@@ -21,7 +21,7 @@ from numba import njit
 
 from ..machine.kernels import to_half
 from ..poplar import types as T
-from ..poplar.vertex import InOut, Input, Output, Vector, VectorList, Vertex
+from ..poplar.vertex import InOut, Input, Output, Vector, VectorList, Vertex, set_recipe
 
 FLOATS = (T.FLOAT, T.HALF)
 CTOR = {T.FLOAT: "np.float32", T.HALF: "np.float32", T.INT: "np.int32",
@@ -146,6 +146,7 @@ def build_codelet(name: str, source: str) -> type:
     cls = ns["Codelet"]
     cls.__name__ = cls.__qualname__ = unique
     cls.source = source
+    set_recipe(cls, build_codelet, name, source)
     _names[unique] = source
     _classes[source] = cls
     return cls

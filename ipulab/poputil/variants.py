@@ -3,6 +3,7 @@ vertices, poputil::templateVertex)."""
 from __future__ import annotations
 
 from ..poplar import Vector, VectorList
+from ..poplar.vertex import set_recipe
 
 _variants: dict = {}
 
@@ -22,5 +23,6 @@ def typed_variant(base: type, dtype, attrs, suffix: str) -> type:
             f = next(x for x in base.fields if x.attr == attr)
             shape = {"vector": Vector, "vector_list": VectorList}.get(f.kind)
             ns[attr] = type(f)(dtype if shape is None else shape[dtype], name=f.name)
-        _variants[key] = type(base.__name__ + suffix, (base,), ns)
+        _variants[key] = set_recipe(type(base.__name__ + suffix, (base,), ns), typed_variant,
+                                    base, dtype, tuple(attrs), suffix)
     return _variants[key]
