@@ -216,3 +216,10 @@ def test_a_trainer_built_again_reuses_its_executable(cache):
         t = nn.Trainer(nn.default_cnn(), dev, batch_size=8, lr=0.1, input_shape=(1, 8, 8))
         losses.append(t.fit(x[:16], y[:16], shuffle=False)["loss"])
     assert len(cache) == 1 and losses[0] == losses[1]
+
+
+def test_an_empty_setting_means_the_default_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("IPULAB_CACHE", "")
+    monkeypatch.delenv("IPULAB_CACHE_DIR", raising=False)
+    assert X.folder() == tmp_path / ".cache" / "ipulab" / "executables"

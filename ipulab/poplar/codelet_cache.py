@@ -32,8 +32,8 @@ OFF = ("off", "0", "false", "no")
 def cache_root() -> Path:
     """ipulab's cache folder: $IPULAB_CACHE (or the older $IPULAB_CACHE_DIR), else
     ~/.cache/ipulab. (IPULAB_CACHE=off switches off the executable cache, not this folder.)"""
-    root = os.environ.get("IPULAB_CACHE")
-    if root is None or root.lower() in OFF:
+    root = os.environ.get("IPULAB_CACHE", "").strip()
+    if not root or root.lower() in OFF:
         root = os.environ.get("IPULAB_CACHE_DIR") or Path.home() / ".cache" / "ipulab"
     return Path(root)
 
