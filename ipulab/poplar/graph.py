@@ -12,7 +12,7 @@ from .state import ComputeSet, DataStream, GraphState, RemoteBuffer, Variable
 from .tensor import Tensor
 from .types import as_type, round_half
 from .vertex import Vertex, codelet_spec
-from .vertices import Conn, FieldRef, Regions, VertexGroup, VertexRange, VertexRef
+from .vertices import Conn, FieldRef, Regions, SingleConn, VertexGroup, VertexRange, VertexRef
 
 
 class Graph:
@@ -257,18 +257,18 @@ class Graph:
         st = self._state
         cls = self._codelet(cs, codelet)
         vid = st.vertices.count
-        st.vertices.add(VertexGroup(cs.id, cls, vid, np.full(1, -1, np.int64),
-                                    np.full(1, -1, np.int64), {}, True))
-        v = VertexRef(st, vid)
+        group = VertexGroup(cs.id, cls, vid, np.array([-1], np.int64),
+                            np.array([-1], np.int64), {}, True)
+        st.vertices.add(group)
         try:
             for key, tensor in (connections or {}).items():
-                self.connect(v[key], tensor)
+                self._connect(group, st.field_of(vid, key, cls), tensor)
             if tile is not None:
-                self.set_tile_mapping(v, tile)
+                group.tiles[0] = self._tile(tile)
         except GraphError:
             st.vertices.pop()
             raise
-        return v
+        return VertexRef(st, vid)
 
     def add_vertices(self, cs: ComputeSet, codelet, tiles, connections: dict,
                      estimates=None) -> VertexRange:
@@ -352,25 +352,35 @@ class Graph:
         if not isinstance(field, FieldRef):
             raise GraphError("connect() takes a field reference v['name'] and a tensor")
         st, vid = self._state, field.vertex.id
-        f = st.field_of(vid, field.field)
-        what = f"field '{f.name}' of {st.describe_vertex(vid)}"
         group, _ = st.group_of(vid)
+        f = st.field_of(vid, field.field, group.codelet)
         if not group.single:
-            raise GraphError(f"{what} was connected by add_vertices, with its group")
+            raise GraphError(f"field '{f.name}' of {st.describe_vertex(vid)} was connected by "
+                             "add_vertices, with its group")
+        self._connect(group, f, tensor)
+
+    def _connect(self, group, f, tensor) -> None:
+        """Connect field f of a single vertex's group (checked; named in every message)."""
         if f.kind == "vector_list":
             parts = list(tensor) if isinstance(tensor, (list, tuple, Tensor)) else None
             if parts is None:
-                raise GraphError(f"{what} is a VectorList: connect a list of tensors or a 2-D one")
+                raise GraphError(f"{self._what(f, group)} is a VectorList: connect a list of "
+                                 "tensors or a 2-D one")
         else:
-            parts = [tensor]
+            parts = (tensor,)
         for t in parts:
-            self.check_tensor(t)
+            if not isinstance(t, Tensor) or t._graph is not self._state:
+                self.check_tensor(t)
             if t.dtype is not f.dtype:
-                raise GraphError(f"{what} is {f.dtype} but tensor '{t.name}' is {t.dtype}")
-            if f.kind == "scalar" and t.num_elements() != 1:
-                raise GraphError(f"{what} is a scalar but tensor '{t.name}' has "
+                raise GraphError(f"{self._what(f, group)} is {f.dtype} but tensor '{t.name}' is "
+                                 f"{t.dtype}")
+            if f.kind == "scalar" and t._ids.size != 1:
+                raise GraphError(f"{self._what(f, group)} is a scalar but tensor '{t.name}' has "
                                  f"{t.num_elements()} elements")
-        group.conns[f.name] = Conn.single(parts)
+        group.conns[f.name] = SingleConn(parts)
+
+    def _what(self, f, group) -> str:
+        return f"field '{f.name}' of {self._state.describe_vertex(group.first)}"
 
     def set_perf_estimate(self, vertex: VertexRef, cycles: int) -> None:
         """Fix a vertex's cycle estimate (worker-issue cycles), overriding its codelet's."""

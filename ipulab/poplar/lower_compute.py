@@ -72,87 +72,92 @@ class Slots:
         return self.conns[int(self.conn[s])].name(int(self.region[s]))
 
 
-class _Columns:
-    """Columns collected in order, from arrays (many values at once) or one value at a time
-    (kept in lists until the next arrays come: cheaper than an array per value)."""
-
-    def __init__(self, *names: str):
-        self.parts = {k: [] for k in names}
-        self.pending = {k: [] for k in names}
-
-    def add(self, **values) -> None:
-        for k, v in values.items():
-            self.pending[k].append(v)
-
-    def add_arrays(self, **arrays) -> None:
-        self._flush()
-        for k, v in arrays.items():
-            self.parts[k].append(np.asarray(v, np.int64))
-
-    def _flush(self) -> None:
-        for k, values in self.pending.items():
-            if values:
-                self.parts[k].append(np.array(values, np.int64))
-                values.clear()
-
-    def arrays(self) -> dict:
-        self._flush()
-        return {k: np.concatenate(v) if v else _EMPTY for k, v in self.parts.items()}
+_VERTEX = ("vid", "batch", "tile", "fixed")
+_SLOT = ("vid", "batch", "field", "region", "tile", "conn", "length")
 
 
-def _add_group(g, b: int, conns, vertices: _Columns, slots: _Columns, ids: list,
-               all_conns: list) -> None:
-    """The columns of one vertex group, and of its slots (conns: (field position, Conn))."""
-    if g.single:
+class _Collector:
+    """The columns of a compute set's groups: groups of one vertex as rows of tuples (one
+    array at the end: cheaper than arrays per vertex), bulk groups as arrays."""
+
+    def __init__(self, st):
+        self.st = st
+        self.v_rows, self.s_rows, self.single_ids = [], [], []
+        self.v_parts, self.s_parts, self.bulk_ids = [], [], []
+        self.conns, self.codelets, self._fields = [], [], {}
+
+    def add(self, g) -> None:
+        cls = g.codelet
+        if cls not in self._fields:
+            self.codelets.append(cls)
+            self._fields[cls] = (len(self.codelets) - 1,
+                                 [(fi, f.name) for fi, f in enumerate(cls.fields)])
+        b, names = self._fields[cls]
+        if g.single:        # (a group of many was checked whole by add_vertices)
+            if g.tiles[0] < 0:
+                raise GraphError(f"{self.st.describe_vertex(g.first)} is not mapped to a tile; "
+                                 "call g.set_tile_mapping(v, tile)")
+            for _, name in names:
+                if name not in g.conns:
+                    raise GraphError(f"field '{name}' of {self.st.describe_vertex(g.first)} is "
+                                     "not connected")
+            self._single(g, b, names)
+        else:
+            self._bulk(g, b, names)
+
+    def _single(self, g, b: int, names) -> None:
         vid, tile = g.first, int(g.tiles[0])
-        vertices.add(vid=vid, batch=b, tile=tile, fixed=int(g.estimates[0]))
-        for fi, c in conns:
-            for r, n in enumerate(c.lengths.tolist()):
-                slots.add(vid=vid, batch=b, field=fi, region=r, tile=tile, conn=len(all_conns),
-                          length=n)
-            ids.append(c.ids)
-            all_conns.append(c)
-        return
-    vids = np.arange(g.first, g.first + g.n, dtype=np.int64)
-    vertices.add_arrays(vid=vids, batch=np.full(g.n, b), tile=g.tiles, fixed=g.estimates)
-    for fi, c in conns:
-        m = c.lengths.size
-        slots.add_arrays(vid=np.repeat(vids, c.counts), batch=np.full(m, b),
-                         field=np.full(m, fi), tile=np.repeat(g.tiles, c.counts),
-                         region=np.arange(m) - np.repeat(np.cumsum(c.counts) - c.counts,
-                                                         c.counts),
-                         conn=np.full(m, len(all_conns)), length=c.lengths)
-        ids.append(c.ids)
-        all_conns.append(c)
+        self.v_rows.append((vid, b, tile, int(g.estimates[0])))
+        rows, ids = self.s_rows, self.single_ids
+        for fi, name in names:
+            c = g.conns[name]
+            k = len(self.conns)
+            for r, t in enumerate(c.tensors):
+                part = t.ids.ravel()
+                rows.append((vid, b, fi, r, tile, k, part.size))
+                ids.append(part)
+            self.conns.append(c)
+
+    def _bulk(self, g, b: int, names) -> None:
+        vids = np.arange(g.first, g.first + g.n, dtype=np.int64)
+        self.v_parts.append(np.stack([vids, np.full(g.n, b), g.tiles, g.estimates], 1))
+        for fi, name in names:
+            c = g.conns[name]
+            m = c.lengths.size
+            region = np.arange(m) - np.repeat(np.cumsum(c.counts) - c.counts, c.counts)
+            self.s_parts.append(np.stack([np.repeat(vids, c.counts), np.full(m, b),
+                                          np.full(m, fi), region, np.repeat(g.tiles, c.counts),
+                                          np.full(m, len(self.conns)), c.lengths], 1))
+            self.bulk_ids.append(c.ids)
+            self.conns.append(c)
+
+    @staticmethod
+    def _table(rows: list, parts: list, width: int) -> np.ndarray:
+        tables = ([np.array(rows, np.int64).reshape(-1, width)] if rows else []) + parts
+        return np.concatenate(tables) if tables else np.zeros((0, width), np.int64)
+
+    def result(self) -> tuple[Vertices, Slots]:
+        v = self._table(self.v_rows, self.v_parts, len(_VERTEX))
+        v = v[np.argsort(v[:, 0], kind="stable")]
+        s = self._table(self.s_rows, self.s_parts, len(_SLOT))
+        ids = self.single_ids + self.bulk_ids          # in the order of the slot rows
+        length = s[:, 6]
+        start = np.cumsum(length) - length
+        order = np.lexsort((s[:, 3], s[:, 2], s[:, 0]))
+        s = s[order]
+        return (Vertices(*(v[:, i].copy() for i in range(len(_VERTEX))), self.codelets),
+                Slots(*(s[:, i].copy() for i in range(6)), start[order], s[:, 6].copy(),
+                      np.concatenate(ids) if ids else _EMPTY, self.conns,
+                      np.zeros(order.size, np.int64)))
 
 
 def collect(st, groups) -> tuple[Vertices, Slots]:
     """The vertex and slot columns of a compute set's groups; GraphError for the first vertex
     (in id order) that is not mapped or has a field not connected."""
-    vertices = _Columns("vid", "batch", "tile", "fixed")
-    slots = _Columns("vid", "batch", "field", "region", "tile", "conn", "length")
-    ids, conns, codelets = [], [], []
+    c = _Collector(st)
     for g in groups:
-        if g.codelet not in codelets:
-            codelets.append(g.codelet)
-        unmapped = np.flatnonzero(g.tiles < 0)
-        if unmapped.size:
-            raise GraphError(f"{st.describe_vertex(g.first + int(unmapped[0]))} is not mapped "
-                             "to a tile; call g.set_tile_mapping(v, tile)")
-        fields = []
-        for fi, f in enumerate(g.codelet.fields):
-            if f.name not in g.conns:
-                raise GraphError(f"field '{f.name}' of {st.describe_vertex(g.first)} is not "
-                                 "connected")
-            fields.append((fi, g.conns[f.name]))
-        _add_group(g, codelets.index(g.codelet), fields, vertices, slots, ids, conns)
-    v, s = vertices.arrays(), slots.arrays()
-    start = np.cumsum(s["length"]) - s["length"]
-    order = np.lexsort((s["region"], s["field"], s["vid"]))
-    return (Vertices(v["vid"], v["batch"], v["tile"], v["fixed"], codelets),
-            Slots(*(s[k][order] for k in ("vid", "batch", "field", "region", "tile", "conn")),
-                  start[order], s["length"][order], np.concatenate(ids) if ids else _EMPTY,
-                  conns, np.zeros(order.size, np.int64)))
+        c.add(g)
+    return c.result()
 
 
 @dataclass

@@ -86,6 +86,9 @@ class RemoteBuffer:
         return self.repeats * self.num_elements * self.dtype.size
 
 
+_FIELDS: dict = {}      # codelet -> {connection name: field}
+
+
 class GraphState:
     """Everything a graph holds; shared by a graph and its virtual graphs."""
 
@@ -113,11 +116,14 @@ class GraphState:
         """(the vertex group holding vertex vid, its position in the group)."""
         return self.vertices.group_of(vid)
 
-    def field_of(self, vid: int, key: str):
-        cls = self.group_of(vid)[0].codelet
-        for f in cls.fields:
-            if f.name == key:
-                return f
+    def field_of(self, vid: int, key: str, cls=None):
+        """Field `key` of vertex vid's codelet (cls, if the caller knows it)."""
+        cls = cls or self.group_of(vid)[0].codelet
+        by_name = _FIELDS.get(cls)
+        if by_name is None:
+            by_name = _FIELDS[cls] = {f.name: f for f in cls.fields}
+        if key in by_name:
+            return by_name[key]
         names = ", ".join(repr(f.name) for f in cls.fields)
         raise GraphError(f"codelet {cls.__name__} has no field {key!r} (vertex {vid}); "
                          f"its fields are {names}")

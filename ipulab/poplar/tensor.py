@@ -17,13 +17,32 @@ def _fmt_key(key) -> str:
     return ", ".join(one(k) for k in (key if isinstance(key, tuple) else (key,)))
 
 
-def _check_basic_key(key, name):
-    for k in key if isinstance(key, tuple) else (key,):
-        ok = k is None or k is Ellipsis or isinstance(k, slice) or (
-            isinstance(k, numbers.Integral) and not isinstance(k, bool))
+def _check_basic_key(key, tensor):
+    for k in key if type(key) is tuple else (key,):
+        kind = type(k)
+        if kind is int or kind is slice:        # the common cases, without abc checks
+            continue
+        ok = k is None or k is Ellipsis or (isinstance(k, numbers.Integral) and kind is not bool)
         if not ok:
-            raise GraphError(f"tensor '{name}': index {k!r} is not basic indexing; use ints, "
-                             "slices, ... or None (Poplar tensors have no gather views)")
+            raise GraphError(f"tensor '{tensor.name}': index {k!r} is not basic indexing; use "
+                             "ints, slices, ... or None (Poplar tensors have no gather views)")
+
+
+def _resolve(name) -> str:
+    """A view's name, written out when first asked for: views are made by the thousand and
+    most names are never read. A lazy name is (the parent's name, suffix maker, argument)."""
+    if isinstance(name, str):
+        return name
+    parent, suffix, arg = name
+    return _resolve(parent) + suffix(arg)
+
+
+def _index_suffix(key) -> str:
+    return f"[{_fmt_key(key)}]"
+
+
+def _slice_suffix(args) -> str:
+    return ".slice({}, {}, {})".format(*args)
 
 
 class Tensor:
@@ -49,6 +68,8 @@ class Tensor:
 
     @property
     def name(self) -> str:
+        if not isinstance(self._name, str):
+            self._name = _resolve(self._name)
         return self._name
 
     @property
@@ -61,14 +82,14 @@ class Tensor:
 
     def __len__(self) -> int:
         if self.rank == 0:
-            raise GraphError(f"tensor '{self._name}' is a scalar and has no length")
+            raise GraphError(f"tensor '{self.name}' is a scalar and has no length")
         return self.shape[0]
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
-        return f"Tensor('{self._name}', {self._dtype}, shape={list(self.shape)})"
+        return f"Tensor('{self.name}', {self._dtype}, shape={list(self.shape)})"
 
     def _view(self, ids: np.ndarray, name: str) -> "Tensor":
         return Tensor(self._graph, ids, self._dtype, name)
@@ -81,35 +102,35 @@ class Tensor:
         has no gather views."""
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu":
-            raise GraphError(f"tensor '{self._name}': element_view takes integer indices")
+            raise GraphError(f"tensor '{self.name}': element_view takes integer indices")
         flat = self._ids.ravel()
         if idx.size and (idx.min() < 0 or idx.max() >= flat.size):
-            raise GraphError(f"tensor '{self._name}': element_view index out of range for its "
+            raise GraphError(f"tensor '{self.name}': element_view index out of range for its "
                              f"{flat.size} elements")
         ids = np.ascontiguousarray(flat[idx])
         ids.flags.writeable = False
-        return self._view(ids, name or f"{self._name}.element_view")
+        return self._view(ids, name or f"{self.name}.element_view")
 
     def _dim(self, dim: int, rank: int | None = None) -> int:
         rank = self.rank if rank is None else rank
         if not -rank <= dim < rank:
-            raise GraphError(f"tensor '{self._name}' of rank {self.rank} has no dimension {dim}")
+            raise GraphError(f"tensor '{self.name}' of rank {self.rank} has no dimension {dim}")
         return dim % rank
 
     # --- views -----------------------------------------------------------------------------
     def __getitem__(self, key) -> "Tensor":
-        _check_basic_key(key, self._name)
+        _check_basic_key(key, self)
         try:
             ids = self._ids[key]
         except IndexError as e:
-            raise GraphError(f"tensor '{self._name}' of shape {list(self.shape)}: {e}") from None
-        return self._view(ids, f"{self._name}[{_fmt_key(key)}]")
+            raise GraphError(f"tensor '{self.name}' of shape {list(self.shape)}: {e}") from None
+        return self._view(ids, (self._name, _index_suffix, key))
 
     def slice(self, begin, end, dim: int = 0) -> "Tensor":
         """Poplar's slice: [begin, end) along dim, or per dimension with sequences."""
         if isinstance(begin, (list, tuple)):
             if not len(begin) == len(end) == self.rank:
-                raise GraphError(f"tensor '{self._name}': slice needs {self.rank} begins and ends")
+                raise GraphError(f"tensor '{self.name}': slice needs {self.rank} begins and ends")
             t = self
             for d, (b, e) in enumerate(zip(begin, end)):
                 t = t.slice(b, e, d)
@@ -117,37 +138,37 @@ class Tensor:
         dim = self._dim(dim)
         size = self.shape[dim]
         if not 0 <= begin <= end <= size:
-            raise GraphError(f"tensor '{self._name}': slice [{begin}, {end}) out of range "
+            raise GraphError(f"tensor '{self.name}': slice [{begin}, {end}) out of range "
                              f"for dimension {dim} of size {size}")
         key = (slice(None),) * dim + (slice(begin, end),)
-        return self._view(self._ids[key], f"{self._name}.slice({begin}, {end}, {dim})")
+        return self._view(self._ids[key], (self._name, _slice_suffix, (begin, end, dim)))
 
     def reshape(self, shape) -> "Tensor":
         shape = tuple(int(s) for s in (shape if isinstance(shape, (list, tuple)) else [shape]))
         if int(np.prod(shape)) != self._ids.size:
-            raise GraphError(f"cannot reshape tensor '{self._name}' of {self._ids.size} elements "
+            raise GraphError(f"cannot reshape tensor '{self.name}' of {self._ids.size} elements "
                              f"(shape {list(self.shape)}) to {list(shape)}")
-        return self._view(self._ids.reshape(shape), f"{self._name}.reshape({list(shape)})")
+        return self._view(self._ids.reshape(shape), f"{self.name}.reshape({list(shape)})")
 
     def flatten(self, start: int | None = None, end: int | None = None) -> "Tensor":
         """All dims into one, or Poplar's flatten(dimBegin, dimEnd) of dims [start, end)."""
         if start is None:
-            return self._view(self._ids.reshape(-1), f"{self._name}.flatten()")
+            return self._view(self._ids.reshape(-1), f"{self.name}.flatten()")
         if not 0 <= start < end <= self.rank:
-            raise GraphError(f"tensor '{self._name}': cannot flatten dims [{start}, {end}) "
+            raise GraphError(f"tensor '{self.name}': cannot flatten dims [{start}, {end}) "
                              f"of rank {self.rank}")
         s = self.shape
         return self.reshape(s[:start] + (int(np.prod(s[start:end])),) + s[end:])
 
     def transpose(self) -> "Tensor":
-        return self._view(self._ids.T, f"{self._name}.transpose()")
+        return self._view(self._ids.T, f"{self.name}.transpose()")
 
     def dim_shuffle(self, perm) -> "Tensor":
         perm = [int(p) for p in perm]
         if sorted(perm) != list(range(self.rank)):
-            raise GraphError(f"tensor '{self._name}' of rank {self.rank}: {perm} is not a "
+            raise GraphError(f"tensor '{self.name}' of rank {self.rank}: {perm} is not a "
                              "permutation of its dimensions")
-        return self._view(self._ids.transpose(perm), f"{self._name}.dim_shuffle({perm})")
+        return self._view(self._ids.transpose(perm), f"{self.name}.dim_shuffle({perm})")
 
     def dim_roll(self, dim: int, new_pos: int = 0) -> "Tensor":
         perm = list(range(self.rank))
@@ -157,28 +178,28 @@ class Tensor:
     def broadcast(self, n: int, dim: int) -> "Tensor":
         """Repeat the whole tensor n times along dim (as concat of n copies, like Poplar)."""
         if n < 1:
-            raise GraphError(f"tensor '{self._name}': broadcast count must be >= 1, got {n}")
+            raise GraphError(f"tensor '{self.name}': broadcast count must be >= 1, got {n}")
         reps = [1] * self.rank
         reps[self._dim(dim)] = n
-        return self._view(np.tile(self._ids, reps), f"{self._name}.broadcast({n}, {dim})")
+        return self._view(np.tile(self._ids, reps), f"{self.name}.broadcast({n}, {dim})")
 
     def reverse(self, dim: int) -> "Tensor":
         key = (slice(None),) * self._dim(dim) + (slice(None, None, -1),)
-        return self._view(self._ids[key], f"{self._name}.reverse({dim})")
+        return self._view(self._ids[key], f"{self.name}.reverse({dim})")
 
     def expand(self, dims) -> "Tensor":
         """Insert singleton dimensions at the given positions."""
         ids = self._ids
         for d in sorted(dims):
             ids = np.expand_dims(ids, self._dim(d, ids.ndim + 1))
-        return self._view(ids, f"{self._name}.expand({list(dims)})")
+        return self._view(ids, f"{self.name}.expand({list(dims)})")
 
     def squeeze(self, dims=None) -> "Tensor":
         try:
             ids = np.squeeze(self._ids, axis=None if dims is None else tuple(dims))
         except ValueError as e:
-            raise GraphError(f"tensor '{self._name}': {e}") from None
-        return self._view(ids, f"{self._name}.squeeze()")
+            raise GraphError(f"tensor '{self.name}': {e}") from None
+        return self._view(ids, f"{self.name}.squeeze()")
 
 
 def concat(tensors, dim: int = 0) -> Tensor:

@@ -98,6 +98,32 @@ class Regions:
         return per_vertex(self.lengths, self.counts)
 
 
+class SingleConn:
+    """One field of a vertex added alone: the tensors connected (one, or a VectorList's);
+    its columns (as Conn's) are made when asked for."""
+
+    __slots__ = ("tensors",)
+
+    def __init__(self, parts):
+        self.tensors = tuple(parts)
+
+    @property
+    def ids(self) -> np.ndarray:
+        ids = [t.ids.ravel() for t in self.tensors]
+        return ids[0] if len(ids) == 1 else np.concatenate(ids + [_EMPTY])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([t.num_elements() for t in self.tensors], np.int64)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.array([len(self.tensors)], np.int64)
+
+    def name(self, region: int) -> str:
+        return self.tensors[region].name
+
+
 class Conn(NamedTuple):
     """One field's connections in a group: every region's element addresses (concatenated),
     the regions' lengths, regions per vertex, and what was connected (for names and views):
@@ -108,13 +134,6 @@ class Conn(NamedTuple):
     counts: np.ndarray
     tensors: tuple
     index: np.ndarray | None = None
-
-    @classmethod
-    def single(cls, parts: list) -> "Conn":
-        ids = [t.ids.ravel() for t in parts]
-        return cls(ids[0] if len(ids) == 1 else np.concatenate(ids + [_EMPTY]),
-                   np.fromiter((a.size for a in ids), np.int64, len(ids)),
-                   np.array([len(ids)], np.int64), tuple(parts))
 
     @classmethod
     def bulk(cls, regions: Regions, joined: bool) -> "Conn":
