@@ -12,8 +12,14 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-bench: $(STAMP)
+# The benchmarks compare a training step with PyTorch's on the CPU: its CPU-only wheel, once.
+bench: $(STAMP) $(VENV)/.bench
 	$(VENV)/bin/python benchmarks/run.py
+
+$(VENV)/.bench: $(STAMP)
+	$(VENV)/bin/python -m pip install -e ".[bench]" \
+	  --extra-index-url https://download.pytorch.org/whl/cpu
+	touch $@
 
 # exercises/ is generated from solutions/ (and committed): run after editing a solution.
 exercises: $(STAMP)

@@ -29,9 +29,11 @@ def print_columns(title: str, rows: list[tuple]) -> None:
 if __name__ == "__main__":
     import foundation
     import poplibs
+    import speed
     import training
     print_table("Foundation (issue 2)", foundation.main())
     print_table("PopLibs (issue 4)", poplibs.main())
     targets, scaling = training.main()
     print_table("Training (issue 5)", targets)
     print_columns("Training: cost from 1 to 16 IPUs (one replica of 16 per IPU)", scaling)
+    print_table("Speed: waiting for a graph (issue 11)", speed.main())

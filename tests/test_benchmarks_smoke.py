@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import foundation  # noqa: E402
+import speed  # noqa: E402
 import training  # noqa: E402
 
 
@@ -32,8 +33,17 @@ def test_training_benchmark_runs_and_checks_the_first_loss():
     """1, 4 and 16 IPUs of 8 tiles, 256 digits: every table row is filled in (bench_training
     itself checks the first step's loss against the float32 numpy reference)."""
     targets, table = training.main(tiles_per_ipu=8, samples=256, repeat=2)
-    assert len(targets) == 4 and targets[1][0].startswith("one epoch of digits (4 steps of 64)")
+    assert len(targets) == 6 and targets[3][0].startswith("one epoch of digits (4 steps of 64)")
+    assert "x numpy float32" in targets[0][2] or "x PyTorch CPU" in targets[0][2]
     header, *rows = table
     assert len(header) == 8 and [r[0] for r in rows] == list(training.SYSTEMS)
     assert [r[1] for r in rows] == ["1 x 16", "4 x 16", "16 x 16"]
     assert rows[0][4] == "0" and rows[1][4] != "0"     # IPU-Link bytes only with many IPUs
+
+
+def test_speed_benchmark_runs():
+    """Fresh processes, the executable cache in memory and on disk (a temporary folder), and
+    tutorial 6 (whose result tut6 checks), all at small sizes."""
+    rows = speed.main(quick=True)
+    assert [r[0].strip().split()[0] for r in rows] == ["build", "one", "the", "in", "tutorial"]
+    assert all(r[1] for r in rows)
