@@ -79,31 +79,99 @@ def reduce_worker_cycles(n_out, num_partials, accumulate=False, workers: int = W
 
 
 @njit(cache=True, inline="always")
+def _lanes(a, b, c, k, n, i, j):
+    """c[i, j:j+8]: one row, eight columns."""
+    acc = f32x8_zero()
+    for kk in range(k):
+        acc = f32x8_axpy(acc, a[u(i * k + kk)], f32x8_load(b, kk * n + j))
+    f32x8_store(c, i * n + j, acc)
+
+
+@njit(cache=True, inline="always")
+def _lanes_two_rows(a, b, c, k, n, i, j):
+    """c[i:i+2, j:j+8]: each load of b serves two rows."""
+    acc0 = f32x8_zero()
+    acc1 = f32x8_zero()
+    for kk in range(k):
+        v = f32x8_load(b, kk * n + j)
+        acc0 = f32x8_axpy(acc0, a[u(i * k + kk)], v)
+        acc1 = f32x8_axpy(acc1, a[u(i * k + k + kk)], v)
+    f32x8_store(c, i * n + j, acc0)
+    f32x8_store(c, i * n + n + j, acc1)
+
+
+@njit(cache=True, inline="always")
+def _wide_lanes(a, b, c, k, n, i, j):
+    """c[i, j:j+16]: two accumulators in flight."""
+    acc0 = f32x8_zero()
+    acc1 = f32x8_zero()
+    for kk in range(k):
+        x = a[u(i * k + kk)]
+        acc0 = f32x8_axpy(acc0, x, f32x8_load(b, kk * n + j))
+        acc1 = f32x8_axpy(acc1, x, f32x8_load(b, kk * n + j + LANES))
+    f32x8_store(c, i * n + j, acc0)
+    f32x8_store(c, i * n + j + LANES, acc1)
+
+
+@njit(cache=True, inline="always")
+def _wide_lanes_two_rows(a, b, c, k, n, i, j):
+    """c[i:i+2, j:j+16]: four accumulators in flight, each load serving two of them."""
+    acc0 = f32x8_zero()
+    acc1 = f32x8_zero()
+    acc2 = f32x8_zero()
+    acc3 = f32x8_zero()
+    for kk in range(k):
+        x0 = a[u(i * k + kk)]
+        x1 = a[u(i * k + k + kk)]
+        v0 = f32x8_load(b, kk * n + j)
+        v1 = f32x8_load(b, kk * n + j + LANES)
+        acc0 = f32x8_axpy(acc0, x0, v0)
+        acc1 = f32x8_axpy(acc1, x0, v1)
+        acc2 = f32x8_axpy(acc2, x1, v0)
+        acc3 = f32x8_axpy(acc3, x1, v1)
+    f32x8_store(c, i * n + j, acc0)
+    f32x8_store(c, i * n + j + LANES, acc1)
+    f32x8_store(c, i * n + n + j, acc2)
+    f32x8_store(c, i * n + n + j + LANES, acc3)
+
+
+@njit(cache=True, inline="always")
 def rows_product(a, b, c, k, n, r0, r1, j0, j1):
     """c[i*n + j] = the sum over kk = 0, 1, ... (in that order, from +0.0) of
     a[i*k + kk] * b[kk*n + j], for rows r0 <= i < r1 and columns j0 <= j < j1.
 
     Eight columns at a time in SIMD lanes, with the same roundings as one column at a time;
     past the last full eight, one more eight ending at j1 (recomputing a few columns, to the
-    same bits) rather than a column at a time. Rows narrower than eight go column by column.
+    same bits) rather than a column at a time. Two rows and sixteen columns at a time where
+    they are there: each output's sum is still its own chain, in order, but several chains are
+    in flight (one chain waits on its adds). Rows narrower than eight go column by column.
     Indices are unsigned (u): numba checks every signed index for a negative value, which
     here costs as much as the arithmetic."""
-    for i in range(r0, r1):
+    i = r0
+    while i < r1:
+        two = i + 1 < r1
         if j1 - j0 >= LANES:
             j = j0
             while j < j1:
                 j = min(j, j1 - LANES)
-                acc = f32x8_zero()
-                for kk in range(k):
-                    acc = f32x8_axpy(acc, a[u(i * k + kk)], f32x8_load(b, kk * n + j))
-                f32x8_store(c, i * n + j, acc)
-                j += LANES
+                wide = j + 2 * LANES <= j1
+                if two and wide:
+                    _wide_lanes_two_rows(a, b, c, k, n, i, j)
+                elif two:
+                    _lanes_two_rows(a, b, c, k, n, i, j)
+                elif wide:
+                    _wide_lanes(a, b, c, k, n, i, j)
+                else:
+                    _lanes(a, b, c, k, n, i, j)
+                j += 2 * LANES if wide else LANES
         else:
-            for j in range(j0, j1):
-                s = np.float32(0.0)
-                for kk in range(k):
-                    s += a[u(i * k + kk)] * b[u(kk * n + j)]
-                c[u(i * n + j)] = s
+            for r in range(i, i + 1 + two):
+                for j in range(j0, j1):
+                    s = np.float32(0.0)
+                    for kk in range(k):
+                        s += a[u(r * k + kk)] * b[u(kk * n + j)]
+                    c[u(r * n + j)] = s
+        i += 1 + two
 
 
 def _matmul_block(worker_id, dims, a, b, c):
