@@ -29,6 +29,7 @@ import numpy as np
 
 from numba import njit
 
+from ..machine.simd import u
 from ..poplar import FLOAT, INT, Input, Output, Vector, VectorList, Vertex
 
 HEADER = 9          # geometry values before the taps
@@ -55,8 +56,8 @@ def _grad_cycles(geometry, grad, out):
 def tap(geometry, oy, ox, t):
     """(iy, ix, inside): the input position of tap t of window (oy, ox), and whether it is
     inside the input (padding is never read)."""
-    iy = oy * geometry[4] - geometry[6] + geometry[HEADER + 2 * t]
-    ix = ox * geometry[5] - geometry[7] + geometry[HEADER + 2 * t + 1]
+    iy = oy * geometry[4] - geometry[6] + geometry[u(HEADER + 2 * t)]
+    ix = ox * geometry[5] - geometry[7] + geometry[u(HEADER + 2 * t + 1)]
     return iy, ix, iy >= 0 and iy < geometry[0] and ix >= 0 and ix < geometry[1]
 
 
@@ -90,7 +91,7 @@ def _pool(geometry, runs, inp, out):
                 for t in range(taps):
                     iy, ix, inside = tap(geometry, oy, ox, t)
                     if inside:
-                        v = x[(base + iy) * W + ix]
+                        v = x[u((base + iy) * W + ix)]
                         if not is_max:
                             acc += v
                         elif not found or (acc == acc and (v > acc or v != v)):
@@ -122,7 +123,7 @@ def _max_pool_grad(geometry, runs, x, pooled, grad, out):
                 for t in range(taps):
                     iy, ix, inside = tap(geometry, oy, ox, t)
                     if inside:
-                        v = xj[(seen + iy) * W + ix]
+                        v = xj[u((seen + iy) * W + ix)]
                         if v == p or (p != p and v != v):     # the first tap with the max
                             if own + iy >= 0 and (own + iy) * W < len(o):
                                 o[(own + iy) * W + ix] += gj[q + ox]
