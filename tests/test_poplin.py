@@ -365,6 +365,23 @@ def test_mat_mul_gradients_match_numerical_differentiation(dev16):
         lambda z: np.sin(a64 @ z).sum(), b64, 1e-6), rtol=1e-4, atol=1e-4)
 
 
+def test_weights_transpose_chans_flip_xy(dev16):
+    """(out, in, kh, kw) -> (in, out, kh, kw) flipped, in a tensor laid out as the
+    backward-input product wants its left operand: one copy, then whole blocks gathered."""
+    g = poplar.Graph(dev16.target)
+    w = _input(g, (5, 3, 3, 2), "w")
+    seq = prog.Sequence()
+    wt = poplin.weights_transpose_chans_flip_xy(g, w, seq, batch_positions=64, name="wt")
+    assert wt.shape == (3, 5, 3, 2) and g.owns(wt)
+    g.create_host_write("w", w), g.create_host_read("wt", wt)
+    e = poplar.Engine(g, seq)
+    e.load(dev16)
+    hw = _host((5, 3, 3, 2))
+    e.write_tensor("w", hw)
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("wt"), hw.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+
+
 def test_conv_rejects_bad_shapes(dev16):
     g = poplar.Graph(dev16.target)
     x, w = _input(g, (1, 3, 5, 5), "x"), _input(g, (2, 4, 3, 3), "w")

@@ -9,6 +9,8 @@ those patches onto the tile. Then
 
   forward          out  = W (o, c*kh*kw) @ X_col                       -> (o, n*ho*wo)
   backward input   dx   = conv(pad(dilate(dy)), w flipped, in/out swapped), stride 1
+                          (the flipped weights copied first, once, to where the product
+                          wants them, as PopLibs' weightsTransposeChansFlipXY does)
   backward weights dw   = dy (o, n*ho*wo) @ X_col^T                    -> (o, c*kh*kw)
 
 each planned by plan_mat_mul like any product (plan_conv2d shows the forward plan).
@@ -16,9 +18,10 @@ each planned by plan_mat_mul like any product (plan_conv2d shows the forward pla
 from __future__ import annotations
 
 from ..errors import GraphError
+from ..poplar import program as prog
 from ..poplar.tensor import Tensor, concat
 from .. import poputil
-from .matmul import mat_mul
+from .matmul import create_mat_mul_input_lhs, mat_mul
 from .plan import plan_mat_mul
 
 
@@ -132,6 +135,24 @@ def conv2d(g, x, w, seq, stride=1, padding=0, name: str = "", options=None) -> T
     return out.reshape([o, n, ho, wo]).dim_shuffle([1, 0, 2, 3])
 
 
+def weights_transpose_chans_flip_xy(g, w, seq, batch_positions: int, name: str = "",
+                                    options=None) -> Tensor:
+    """w (out, in, kh, kw) with its channel axes swapped and its kernel flipped, (in, out, kh,
+    kw): the weights of the backward-input convolution, as PopLibs' weightsTransposeChansFlipXY.
+
+    Copied once into a new tensor mapped as that convolution's product wants its left operand
+    (batch_positions = n * h * w of its output), so the product gathers whole blocks. Read
+    through the flipped view instead, every tile that uses a block would gather it element by
+    element, from reversed addresses."""
+    o, c, kh, kw = w.shape
+    out = create_mat_mul_input_lhs(g, w.dtype, (c, o * kh * kw), (o * kh * kw, batch_positions),
+                                   name or "conv.weights_flipped", options)
+    out = out.reshape([c, o, kh, kw])
+    seq.add(prog.Copy(w.dim_shuffle([1, 0, 2, 3]).reverse(2).reverse(3), out,
+                      name=out.name))
+    return out
+
+
 def conv2d_backward_input(g, grad_out, w, input_shape, seq, stride=1, padding=0,
                           name: str = "", options=None) -> Tensor:
     """dL/dx of conv2d, given dL/dout (n, out, ho, wo), w, and x's shape NCHW.
@@ -149,7 +170,8 @@ def conv2d_backward_input(g, grad_out, w, input_shape, seq, stride=1, padding=0,
     for dim, s, p, k in ((2, sh, ph, kh), (3, sw, pw, kw)):
         d = _dilate(g, d, dim, s, f"{name}.dilate")
         d = _pad(g, d, dim, k - 1 - p, input_shape[dim] + p - d.shape[dim], f"{name}.pad")
-    flipped = w.dim_shuffle([1, 0, 2, 3]).reverse(2).reverse(3)     # (in, out, kh, kw)
+    n, _, h, w_ = input_shape
+    flipped = weights_transpose_chans_flip_xy(g, w, seq, n * h * w_, f"{name}.weights", options)
     return conv2d(g, d, flipped, seq, 1, 0, name, options)
 
 

@@ -527,7 +527,7 @@ def _schedule(answer):
 # --- 5 ---------------------------------------------------------------------------------------
 FAST_BATCH, FAST_STEPS, FAST_MAX_MICRO = 256, 2, 16
 FAST_KEYS = ("replicas", "batch_size", "precision", "pipeline", "micro_batches", "recompute")
-FAST_PAR = Par(cycles=125_250, tolerance=1.1)
+FAST_PAR = Par(cycles=125_667, tolerance=1.1)
 
 
 @functools.lru_cache(maxsize=None)
