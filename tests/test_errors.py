@@ -108,6 +108,21 @@ def test_unconnected_field(g4, dev4):
     assert e.read_tensor("y").tolist() == [4.0]
 
 
+def test_the_first_faulty_vertex_is_named_across_codelets(g4):
+    """Vertices of two codelets interleaved: the error names the lowest vertex id at fault."""
+    x = g4.add_variable(poplar.FLOAT, [4], "x")
+    y = g4.add_variable(poplar.FLOAT, [4], "y")
+    g4.set_tile_mapping(x, 0)
+    g4.set_tile_mapping(y, 0)
+    cs = g4.add_compute_set("cs")
+    g4.add_vertex(cs, SumVertex, {"in": x, "out": y[0]}, tile=0)
+    copy = g4.add_vertex(cs, Copy, {"inp": x[:2]}, tile=0)               # 'out' not connected
+    g4.add_vertex(cs, SumVertex, {"in": x, "out": y[1]})                 # not mapped
+    with pytest.raises(GraphError, match="'out'") as ei:
+        poplar.Engine(g4, prog.Execute(cs))
+    assert f"vertex {copy.id}" in str(ei.value) and "Copy" in str(ei.value)
+
+
 def test_unknown_codelet_name(g4):
     cs = g4.add_compute_set("cs")
     g4.add_codelets(SumVertex)

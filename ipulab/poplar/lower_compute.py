@@ -77,77 +77,79 @@ _SLOT = ("vid", "batch", "field", "region", "tile", "conn", "length")
 
 
 class _Collector:
-    """The columns of a compute set's groups: groups of one vertex as rows of tuples (one
-    array at the end: cheaper than arrays per vertex), bulk groups as arrays."""
+    """The vertex and slot columns of a compute set's groups, as arrays per codelet and field:
+    groups of many as add_vertices checked and stored them, groups of one vertex gathered
+    codelet by codelet (a pass per field over them, not a Python call per vertex)."""
 
     def __init__(self, st):
         self.st = st
-        self.v_rows, self.s_rows, self.single_ids = [], [], []
-        self.v_parts, self.s_parts, self.bulk_ids = [], [], []
+        self.v_parts, self.s_parts = [], []
+        self.ids = []           # element addresses, each flattened by result()
         self.conns, self.codelets, self._fields = [], [], {}
 
-    def add(self, g) -> None:
-        cls = g.codelet
+    def _batch(self, cls) -> tuple[int, list]:
         if cls not in self._fields:
             self.codelets.append(cls)
-            self._fields[cls] = (len(self.codelets) - 1,
-                                 [(fi, f.name) for fi, f in enumerate(cls.fields)])
-        b, names = self._fields[cls]
-        if g.single:        # (a group of many was checked whole by add_vertices)
-            if g.tiles[0] < 0:
-                raise GraphError(f"{self.st.describe_vertex(g.first)} is not mapped to a tile; "
-                                 "call g.set_tile_mapping(v, tile)")
-            for _, name in names:
-                if name not in g.conns:
-                    raise GraphError(f"field '{name}' of {self.st.describe_vertex(g.first)} is "
-                                     "not connected")
-            self._single(g, b, names)
-        else:
-            self._bulk(g, b, names)
+            self._fields[cls] = (len(self.codelets) - 1, [f.name for f in cls.fields])
+        return self._fields[cls]
 
-    def _single(self, g, b: int, names) -> None:
-        vid, tile = g.first, int(g.tiles[0])
-        self.v_rows.append((vid, b, tile, int(g.estimates[0])))
-        rows, ids = self.s_rows, self.single_ids
-        for fi, name in names:
-            c = g.conns[name]
-            k = len(self.conns)
-            for r, t in enumerate(c.tensors):
-                part = t.ids.ravel()
-                rows.append((vid, b, fi, r, tile, k, part.size))
-                ids.append(part)
-            self.conns.append(c)
+    def _slots(self, vids, b, fi, tiles, counts, lengths, ids, conns, conn_of_region) -> None:
+        m = lengths.size
+        region = np.arange(m) - np.repeat(np.cumsum(counts) - counts, counts)
+        self.s_parts.append(np.stack([np.repeat(vids, counts), np.full(m, b), np.full(m, fi),
+                                      region, np.repeat(tiles, counts),
+                                      len(self.conns) + conn_of_region, lengths], 1))
+        self.ids.extend(ids)
+        self.conns.extend(conns)
 
-    def _bulk(self, g, b: int, names) -> None:
+    def bulk(self, g) -> None:
+        b, names = self._batch(g.codelet)
         vids = np.arange(g.first, g.first + g.n, dtype=np.int64)
         self.v_parts.append(np.stack([vids, np.full(g.n, b), g.tiles, g.estimates], 1))
-        for fi, name in names:
+        for fi, name in enumerate(names):
             c = g.conns[name]
-            m = c.lengths.size
-            region = np.arange(m) - np.repeat(np.cumsum(c.counts) - c.counts, c.counts)
-            self.s_parts.append(np.stack([np.repeat(vids, c.counts), np.full(m, b),
-                                          np.full(m, fi), region, np.repeat(g.tiles, c.counts),
-                                          np.full(m, len(self.conns)), c.lengths], 1))
-            self.bulk_ids.append(c.ids)
-            self.conns.append(c)
+            self._slots(vids, b, fi, g.tiles, c.counts, c.lengths, [c.ids], [c],
+                        np.zeros(c.lengths.size, np.int64))
 
-    @staticmethod
-    def _table(rows: list, parts: list, width: int) -> np.ndarray:
-        tables = ([np.array(rows, np.int64).reshape(-1, width)] if rows else []) + parts
-        return np.concatenate(tables) if tables else np.zeros((0, width), np.int64)
+    def singles(self, cls, gs: list):
+        """Groups of one vertex each, all of codelet cls, in id order. Returns the first of
+        them not mapped or with a field not connected (None: all are)."""
+        b, names = self._batch(cls)
+        n = len(gs)
+        vids = np.fromiter((g.first for g in gs), np.int64, n)
+        tiles = np.fromiter((g.tiles[0] for g in gs), np.int64, n)
+        bad = tiles < 0
+        for name in names:
+            bad |= ~np.fromiter((name in g.conns for g in gs), bool, n)
+        if bad.any():
+            return gs[int(np.argmax(bad))]
+        self.v_parts.append(np.stack(
+            [vids, np.full(n, b), tiles, np.fromiter((g.estimates[0] for g in gs), np.int64, n)],
+            1))
+        for fi, (name, f) in enumerate(zip(names, cls.fields)):
+            conns = [g.conns[name] for g in gs]
+            if f.kind == "vector_list":
+                counts = np.fromiter((len(c.tensors) for c in conns), np.int64, n)
+                ids = [t._ids for c in conns for t in c.tensors]
+            else:
+                counts = np.ones(n, np.int64)
+                ids = [c.tensors[0]._ids for c in conns]
+            lengths = np.fromiter((x.size for x in ids), np.int64, len(ids))
+            self._slots(vids, b, fi, tiles, counts, lengths, ids, conns,
+                        np.repeat(np.arange(n), counts))
+        return None
 
     def result(self) -> tuple[Vertices, Slots]:
-        v = self._table(self.v_rows, self.v_parts, len(_VERTEX))
+        v = np.concatenate(self.v_parts) if self.v_parts else np.zeros((0, len(_VERTEX)), np.int64)
         v = v[np.argsort(v[:, 0], kind="stable")]
-        s = self._table(self.s_rows, self.s_parts, len(_SLOT))
-        ids = self.single_ids + self.bulk_ids          # in the order of the slot rows
+        s = np.concatenate(self.s_parts) if self.s_parts else np.zeros((0, len(_SLOT)), np.int64)
         length = s[:, 6]
         start = np.cumsum(length) - length
         order = np.lexsort((s[:, 3], s[:, 2], s[:, 0]))
         s = s[order]
         return (Vertices(*(v[:, i].copy() for i in range(len(_VERTEX))), self.codelets),
                 Slots(*(s[:, i].copy() for i in range(6)), start[order], s[:, 6].copy(),
-                      np.concatenate(ids) if ids else _EMPTY, self.conns,
+                      np.concatenate(self.ids, axis=None) if self.ids else _EMPTY, self.conns,
                       np.zeros(order.size, np.int64)))
 
 
@@ -155,8 +157,20 @@ def collect(st, groups) -> tuple[Vertices, Slots]:
     """The vertex and slot columns of a compute set's groups; GraphError for the first vertex
     (in id order) that is not mapped or has a field not connected."""
     c = _Collector(st)
+    singles: dict = {}
     for g in groups:
-        c.add(g)
+        if g.single:
+            singles.setdefault(g.codelet, []).append(g)
+        else:
+            c.bulk(g)
+    bad = [g for g in (c.singles(cls, gs) for cls, gs in singles.items()) if g is not None]
+    if bad:
+        g = min(bad, key=lambda g: g.first)
+        what = st.describe_vertex(g.first)
+        if g.tiles[0] < 0:
+            raise GraphError(f"{what} is not mapped to a tile; call g.set_tile_mapping(v, tile)")
+        missing = next(f.name for f in g.codelet.fields if f.name not in g.conns)
+        raise GraphError(f"field '{missing}' of {what} is not connected")
     return c.result()
 
 

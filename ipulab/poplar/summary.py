@@ -18,7 +18,7 @@ class GraphSummary:
         self.vertex_tile = table.column("tiles").copy()
         self._codelet_names = np.asarray([g.codelet.__name__ for g in table.groups], object)
         self._group_of_vertex = np.repeat(np.arange(len(table.groups)),
-                                          [g.n for g in table.groups])
+                                          [g.tiles.size for g in table.groups])
         self._state = state
         self._variables = {v.name: v for v in state.variables}
         self._tile_of = tile_of

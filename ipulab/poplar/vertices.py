@@ -266,6 +266,7 @@ class VertexTable:
         """A per-vertex array over all groups: 'tiles', 'estimates' or 'cs'."""
         if attr == "cs":
             return np.repeat(np.fromiter((g.cs for g in self.groups), np.int64, len(self.groups)),
-                             np.fromiter((g.n for g in self.groups), np.int64, len(self.groups)))
+                             np.fromiter((g.tiles.size for g in self.groups), np.int64,
+                                         len(self.groups)))
         parts = [getattr(g, attr) for g in self.groups]
         return np.concatenate(parts) if parts else _EMPTY
