@@ -12,13 +12,13 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
 
-# The benchmarks compare a training step with PyTorch's on the CPU: its CPU-only wheel, once.
+# The benchmarks compare a training step with PyTorch's on the CPU (the bench extra, once;
+# pip takes a CPU-only build where it finds one, e.g. PIP_FIND_LINKS or PyTorch's CPU index).
 bench: $(STAMP) $(VENV)/.bench
 	$(VENV)/bin/python benchmarks/run.py
 
 $(VENV)/.bench: $(STAMP)
-	$(VENV)/bin/python -m pip install -e ".[bench]" \
-	  --extra-index-url https://download.pytorch.org/whl/cpu
+	$(VENV)/bin/python -m pip install -e ".[bench]"
 	touch $@
 
 # exercises/ is generated from solutions/ (and committed): run after editing a solution.
