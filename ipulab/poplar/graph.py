@@ -487,6 +487,8 @@ class _VirtualTarget:
             self.num_ipus = per // self.tiles_per_ipu
 
     def __getattr__(self, name):
+        if name.startswith("__") or name == "_target":    # (while unpickling: not set yet)
+            raise AttributeError(name)
         return getattr(self._target, name)
 
     def __repr__(self) -> str:

@@ -31,10 +31,11 @@ def _check_basic_key(key, tensor):
 def _resolve(name) -> str:
     """A view's name, written out when first asked for: views are made by the thousand and
     most names are never read. A lazy name is (the parent's name, suffix maker, argument)."""
-    if isinstance(name, str):
-        return name
-    parent, suffix, arg = name
-    return _resolve(parent) + suffix(arg)
+    suffixes = []
+    while not isinstance(name, str):          # a loop: a view of a view of ... may be deep
+        name, suffix, arg = name
+        suffixes.append(suffix(arg))
+    return name + "".join(reversed(suffixes))
 
 
 def _index_suffix(key) -> str:
@@ -52,6 +53,11 @@ class Tensor:
 
     def __init__(self, graph, ids: np.ndarray, dtype, name: str):
         self._graph, self._ids, self._dtype, self._name = graph, ids, dtype, name
+
+    def __getstate__(self):
+        """Pickled with its name written out (a lazy name can nest deeper than pickle goes)."""
+        return None, {"_graph": self._graph, "_ids": self._ids, "_dtype": self._dtype,
+                      "_name": self.name}
 
     # --- what it is ------------------------------------------------------------------------
     @property
