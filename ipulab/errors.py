@@ -49,3 +49,8 @@ class EngineError(IpuLabError):
 class DataError(IpuLabError, ValueError):
     """Data handed in from the host is missing or malformed: a dataset file, a batch of
     images or labels, a dict of weights."""
+
+
+class SandboxError(IpuLabError):
+    """Untrusted code cannot be isolated here (no bubblewrap, no user namespaces, no way to cap
+    its processes): says what is missing and how to get it."""

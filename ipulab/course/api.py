@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 
-from . import progress as _progress
+from .progress import record_check, record_hint
 from .feedback import Fail, NotAnswered, explain
 from .registry import get
 
@@ -22,18 +22,9 @@ def _print(ok: bool | None, qid: str, message: str) -> None:
         print(f"  {line.strip()}" if not line.startswith("  ") else line)
 
 
-def check(question_id: str, answer=_MISSING, *, quiet: bool = False) -> bool:
-    """Run your answer to `question_id` on the simulator, on several generated inputs.
-
-    Prints ✓ or ✗ with what was wrong (which vertex, tile and element; which rule of the BSP
-    machine), records the result in your progress file, and returns True or False. It never
-    raises: a bug in your code becomes a message.
-    """
-    try:
-        q = get(question_id)
-    except KeyError as e:
-        _print(False, question_id, str(e).strip("'\""))
-        return False
+def evaluate(q, answer=_MISSING) -> tuple[str, str, dict]:
+    """(status, message, metrics) of an answer to question q: 'passed', 'failed' or 'not
+    answered'. Records and prints nothing (check() and the class grader's judge do)."""
     ok, status, metrics = False, "failed", {}
     out = io.StringIO()              # what the learner's code prints during the check
     try:
@@ -46,11 +37,11 @@ def check(question_id: str, answer=_MISSING, *, quiet: bool = False) -> bool:
             message, metrics = result
         else:
             message = result or "correct"
-        ok, status = True, "passed"
+        status = "passed"
     except NotAnswered:
         status = "not answered"
         message = ("not answered yet — write your answer in place of `raise NotImplementedError`"
-                   f" and run this cell again. Stuck? hint({question_id!r}, 1)")
+                   f" and run this cell again. Stuck? hint({q.id!r}, 1)")
     except Fail as f:
         message = str(f)
     except RecursionError:
@@ -63,12 +54,28 @@ def check(question_id: str, answer=_MISSING, *, quiet: bool = False) -> bool:
     if status == "failed" and printed:
         message += "\n  Your code printed (first lines):\n" + "\n".join(
             f"    {line}" for line in printed[:6])
-    _progress.record_check(question_id, status, message, metrics)
+    return status, message, metrics
+
+
+def check(question_id: str, answer=_MISSING, *, quiet: bool = False) -> bool:
+    """Run your answer to `question_id` on the simulator, on several generated inputs.
+
+    Prints ✓ or ✗ with what was wrong (which vertex, tile and element; which rule of the BSP
+    machine), records the result in your progress file, and returns True or False. It never
+    raises: a bug in your code becomes a message.
+    """
+    try:
+        q = get(question_id)
+    except KeyError as e:
+        _print(False, question_id, str(e).strip("'\""))
+        return False
+    status, message, metrics = evaluate(q, answer)
+    record_check(question_id, status, message, metrics)
     if not quiet:
-        _print(ok if status != "not answered" else None, question_id, message)
+        _print({"passed": True, "failed": False}.get(status), question_id, message)
         if status == "failed":
             print(f"  (hint({question_id!r}, 1) gives a hint; there are {len(q.hints)} tiers)")
-    return ok
+    return status == "passed"
 
 
 def hint(question_id: str, level: int = 1) -> str:
@@ -80,7 +87,7 @@ def hint(question_id: str, level: int = 1) -> str:
         return ""
     n = len(q.hints)
     level = max(1, min(int(level), n))
-    _progress.record_hint(question_id, level)
+    record_hint(question_id, level)
     more = (f"  (hint({question_id!r}, {level + 1}) for more)" if level < n
             else "  (that was the last hint)")
     text = f"Hint {level}/{n} for {question_id} — {q.title}:\n  {q.hints[level - 1]}\n{more}"
@@ -105,7 +112,7 @@ def hint_button(question_id: str):
             return
         state["level"] += 1
         level = state["level"]
-        _progress.record_hint(question_id, level)
+        record_hint(question_id, level)
         items = "".join(f"<li>{html.escape(h)}</li>" for h in q.hints[:level])
         shown.value = f"<ol style='margin:0.3em 0'>{items}</ol>"
         if level < len(q.hints):

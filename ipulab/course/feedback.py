@@ -24,7 +24,10 @@ class NotAnswered(Exception):
 
 
 def where(exc: BaseException) -> str:
-    """' (in your code, line N: `source`)' for the innermost frame outside ipulab, or ''."""
+    """' (in your code, line N: `source`)' for the innermost frame outside ipulab, or ''
+    (for an exception raised in a graded submission's process, what that process said)."""
+    if hasattr(exc, "__ipulab_where__"):
+        return exc.__ipulab_where__
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not str(Path(f.filename).resolve()).startswith(_PACKAGE)]
     if not frames:

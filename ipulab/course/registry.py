@@ -39,6 +39,7 @@ class Question:
     checker: Callable = field(repr=False)
     hints: tuple[str, ...] = ()
     par: Par | None = None
+    prices: bool = False    # the answer's codelets price themselves: cycle_estimate is graded
 
     @property
     def set_id(self) -> str:
@@ -72,7 +73,8 @@ def exercise_set(set_id: str, notebook: str, title: str, intro: str = "",
     return s
 
 
-def question(qid: str, *, title: str, kind: str, statement: str, hints, par: Par | None = None):
+def question(qid: str, *, title: str, kind: str, statement: str, hints, par: Par | None = None,
+             prices: bool = False):
     """Decorator: register the decorated function as the checker of question `qid`."""
     if kind not in KINDS:
         raise ValueError(f"question {qid}: kind {kind!r} is not one of {KINDS}")
@@ -82,7 +84,8 @@ def question(qid: str, *, title: str, kind: str, statement: str, hints, par: Par
     def register(checker):
         if qid in REGISTRY:
             raise ValueError(f"question {qid} is registered twice")
-        REGISTRY[qid] = Question(qid, title, kind, statement.strip(), checker, tuple(hints), par)
+        REGISTRY[qid] = Question(qid, title, kind, statement.strip(), checker, tuple(hints), par,
+                                 prices)
         return checker
 
     return register

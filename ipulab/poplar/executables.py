@@ -170,7 +170,7 @@ def executable_key(state, programs, mode: str) -> str:
 
 
 # --- storing and loading ---------------------------------------------------------------------
-class _Pickler(pickle.Pickler):
+class RecipePickler(pickle.Pickler):
     """Codelets made at run time are stored as the recipe that makes them again."""
 
     def reducer_override(self, obj):
@@ -204,7 +204,7 @@ def _store(key: str, compiled) -> None:
     (a codelet defined in a notebook) or written."""
     buf = io.BytesIO()
     try:
-        _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(compiled)
+        RecipePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(compiled)
     except (pickle.PicklingError, AttributeError, TypeError):
         return
     payload = buf.getvalue()

@@ -16,7 +16,7 @@ exercise_set("ex06", "06_matmul_on_1472_tiles.ipynb", "Matrix products",
 
 # --- 1 ---------------------------------------------------------------------------------------
 @question(
-    "ex06.dot_estimate", title="A codelet that prices itself", kind="codelet",
+    "ex06.dot_estimate", title="A codelet that prices itself", kind="codelet", prices=True,
     statement="""
 Complete the codelet `MyDot`: `out = a · x` (float32 accumulation), and a `cycle_estimate` that
 tells the simulator a vertex costs `10 + len(a)` worker cycles. `cycle_estimate` receives, for
