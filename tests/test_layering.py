@@ -37,6 +37,7 @@ FOREIGN = {"_asdict", "_replace", "_fields", "_getvalue"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 LONG_MODULES_ALLOWED = ("course/bank/",)        # question banks: statements are prose
+PUBLIC_UNDERSCORED = {"_exit"}                  # os._exit: documented, not private
 
 
 def modules():
@@ -141,7 +142,7 @@ def test_no_private_access_across_packages():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and is_private(node.attr) and \
                     not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) \
-                    and node.attr not in defined[here]:
+                    and node.attr not in defined[here] and node.attr not in PUBLIC_UNDERSCORED:
                 wrong.append(f"{rel}:{node.lineno} reaches into {ast.unparse(node)}")
     assert wrong == [], "private access across packages:\n" + "\n".join(wrong)
 

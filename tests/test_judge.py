@@ -1,0 +1,189 @@
+"""The judge grades where a submission cannot reach the grade: the hostile corpus.
+
+Each case is solution (or exercise) notebook 01 with a hostile cell put in; it must end with
+the intended status and message, change nothing outside the sandbox, and leave the other
+questions' grades as they would be. Every case runs the real sandbox (bubblewrap)."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+import ipulab
+from ipulab.course.judge import STATUSES, grade_submission
+
+ROOT = Path(__file__).resolve().parent.parent
+QIDS = ("ex01.sum_squares", "ex01.worker_cycles", "ex01.variable_bytes", "ex01.six_workers")
+FUNCTION_CHECK_CELL = 15          # check("ex01.six_workers", six_workers) in notebook 01
+
+
+def notebook(tmp_path, kind: str, *inserts: tuple[int, str], name="01_one_tile.ipynb") -> Path:
+    """Notebook 01 from solutions/ or exercises/ with code cells put in before cell positions."""
+    nb = json.loads((ROOT / kind / "01_one_tile.ipynb").read_text())
+    for where, source in sorted(inserts, reverse=True):
+        nb["cells"].insert(where, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                   "execution_count": None, "source": source})
+    path = tmp_path / name
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def statuses(result) -> dict:
+    return {q: v.status for q, v in result.questions.items()}
+
+
+def graded(path, timeout=90):
+    result = grade_submission(path, timeout=timeout)
+    assert result.set_id == "ex01" and list(result.questions) == list(QIDS)
+    assert all(v.status in STATUSES for v in result.questions.values())
+    return result
+
+
+def test_a_solution_passes_through_the_sandbox(tmp_path):
+    result = graded(notebook(tmp_path, "solutions"))
+    assert statuses(result) == dict.fromkeys(QIDS, "passed"), result
+    assert result.questions["ex01.six_workers"].cycles == 6216 == \
+        result.questions["ex01.six_workers"].par
+
+
+def test_an_exercise_is_not_answered(tmp_path):
+    assert set(statuses(graded(notebook(tmp_path, "exercises"))).values()) == {"not answered"}
+
+
+def test_a_wrong_number_fails_with_the_checks_own_message(tmp_path):
+    path = notebook(tmp_path, "solutions",
+                    (9, 'check("ex01.worker_cycles", 40)'))   # the last answer counts
+    v = graded(path).questions["ex01.worker_cycles"]
+    assert v.status == "failed" and "multiply by 6" in v.message
+
+
+FORGERIES = [
+    ("record_check", "from ipulab.course.progress import record_check\n"
+     f"for q in {QIDS!r}:\n    record_check(q, 'passed', '')", "record_check"),
+    ("patched check", "import ipulab.course\nipulab.course.check = lambda *a, **k: True",
+     "replaced ipulab.course.check"),
+    ("the registry", "from ipulab.course import registry\nregistry.REGISTRY.clear()",
+     "ipulab.course.registry"),
+    ("the bank", "try:\n    import ipulab.course.bank.set01_one_tile\nexcept ImportError:\n"
+     "    pass", "ipulab.course.bank"),
+    ("numpy", "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
+     "np.testing.assert_allclose = lambda *a, **k: None", "replaced numpy.allclose"),
+    ("printed ticks", 'print("✓ ex01.sum_squares: correct for 9 vertices")', "printed ✓"),
+]
+
+
+@pytest.mark.parametrize("label, source, fragment", FORGERIES, ids=[f[0] for f in FORGERIES])
+def test_a_forgery_is_tampered_on_every_question(tmp_path, label, source, fragment):
+    result = graded(notebook(tmp_path, "exercises", (3, source)))
+    assert set(statuses(result).values()) == {"tampered"}, result
+    assert all(fragment in v.message for v in result.questions.values()), result
+
+
+def test_sys_exit_does_not_end_grading(tmp_path):
+    result = graded(notebook(tmp_path, "solutions", (3, "import sys\nsys.exit(0)")))
+    assert statuses(result) == dict.fromkeys(QIDS, "passed")
+
+
+def test_os_exit_crashes_only_what_came_after(tmp_path):
+    result = graded(notebook(tmp_path, "solutions", (13, "import os\nos._exit(3)")))
+    assert statuses(result) == {**dict.fromkeys(QIDS[:3], "passed"),
+                                "ex01.six_workers": "crashed"}
+    assert "exit code 3" in result.questions["ex01.six_workers"].message
+
+
+def test_an_endless_loop_times_out(tmp_path):
+    result = graded(notebook(tmp_path, "solutions", (13, "while True:\n    pass")), timeout=25)
+    assert statuses(result)["ex01.six_workers"] == "timed out"
+    assert statuses(result)["ex01.worker_cycles"] == "passed"
+
+
+def test_a_huge_allocation_is_out_of_memory(tmp_path):
+    bomb = ("def six_workers(g, x, partials):\n    import numpy as np\n"
+            "    return np.ones(50 * 2**30 // 8)")
+    result = graded(notebook(tmp_path, "solutions", (FUNCTION_CHECK_CELL, bomb),
+                             (3, "import numpy as np\ntry:\n    np.ones(50 * 2**30 // 8)\n"
+                                 "except MemoryError:\n    print('no 50 GB here')")))
+    assert statuses(result) == {**dict.fromkeys(QIDS[:3], "passed"),
+                                "ex01.six_workers": "out of memory"}
+
+
+def test_a_fork_bomb_is_capped(tmp_path):
+    bomb = "import os\ntry:\n    while True:\n        os.fork()\nexcept OSError:\n    pass"
+    result = graded(notebook(tmp_path, "solutions", (3, bomb)))
+    assert statuses(result) == dict.fromkeys(QIDS, "passed")
+    leftovers = [p for p in Path("/sys/fs/cgroup/pids").glob("ipulab-*")] \
+        if Path("/sys/fs/cgroup/pids").exists() else []
+    assert leftovers == []
+
+
+def test_solutions_the_bank_and_other_files_are_out_of_sight(tmp_path):
+    bank = Path(ipulab.__file__).parent / "course" / "bank" / "set01_one_tile.py"
+    probe = (f"seen = []\nfor p in {[str(ROOT / 'solutions' / '01_one_tile.ipynb'), str(bank)]!r}:"
+             "\n    try:\n        open(p).read()\n        seen.append(p)\n    except OSError:\n"
+             "        pass\nassert not seen, seen")
+    result = graded(notebook(tmp_path, "exercises", (3, probe)))
+    assert set(statuses(result).values()) == {"not answered"}
+
+
+def test_nothing_outside_the_sandbox_changes(tmp_path):
+    target = tmp_path / "HACKED"
+    home = Path.home() / ".ipulab" / "hacked.json"
+    source = "\n".join(f"try:\n    open({str(p)!r}, 'w').write('x')\nexcept OSError:\n    pass"
+                       for p in (target, home, ROOT / "HACKED"))
+    result = graded(notebook(tmp_path, "solutions", (3, source)))
+    assert statuses(result) == dict.fromkeys(QIDS, "passed")
+    assert not target.exists() and not home.exists() and not (ROOT / "HACKED").exists()
+
+
+def test_no_network_not_even_the_graders_loopback(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def serve():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+    threading.Thread(target=serve, daemon=True).start()
+    probe = (f"import socket\nfor where in (('127.0.0.1', {port}), ('1.1.1.1', 53)):\n    try:\n"
+             "        socket.create_connection(where, timeout=2)\n        raise SystemExit('open')\n"
+             "    except OSError:\n        pass")
+    result = graded(notebook(tmp_path, "solutions", (3, probe)))
+    server.close()
+    assert accepted == [] and statuses(result) == dict.fromkeys(QIDS, "passed")
+
+
+def test_killing_the_parent_reaches_nothing_outside(tmp_path):
+    """In its own process tree the notebook's parent is the sandbox's init, and kill(-1)
+    reaches only its own processes: the judge and this grader carry on."""
+    kill = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)"
+    result = graded(notebook(tmp_path, "solutions", (13, kill)))
+    assert statuses(result) == dict.fromkeys(QIDS, "passed")
+    suicide = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
+    result = graded(notebook(tmp_path, "solutions", (13, suicide)))
+    assert statuses(result)["ex01.six_workers"] == "crashed"
+    assert "killed by signal 9" in result.questions["ex01.six_workers"].message
+
+
+def test_not_a_notebook_fails_with_why(tmp_path):
+    path = tmp_path / "01_one_tile.ipynb"
+    path.write_text("this is not JSON {")
+    result = graded(path)
+    assert set(statuses(result).values()) == {"failed"}
+    assert "not a notebook" in result.questions["ex01.sum_squares"].message
+
+
+def test_a_500_mb_notebook_is_refused_unread(tmp_path):
+    path = tmp_path / "01_one_tile.ipynb"
+    with open(path, "wb") as f:
+        f.truncate(500 * 2**20)                 # sparse: no disk used
+    result = graded(path)
+    assert set(statuses(result).values()) == {"failed"}
+    assert "500 MB" in result.questions["ex01.sum_squares"].message

@@ -1,0 +1,130 @@
+"""The judge's side of grading without a sandbox: every wrong answer of the corpus, sent as a
+submission sends it (its functions as handles, its codelets as source) and checked by the
+judge's copy of the bank, fails with the same message as check() gives in a notebook; and
+what the judge refuses to unpickle or compile."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+
+import numpy as np
+import pytest
+from course_corpus import CORPUS
+
+from ipulab.course import registry
+from ipulab.course.codesafe import UnsafeCode, check_codelet_class_source, check_function_source
+from ipulab.course.runner import run_call
+from ipulab.course.session import call_through, verdict
+from ipulab.course.wire import (SESSION, Handles, WireError, judge_dumps, judge_loads,
+                                submission_dumps)
+
+
+class Loopback:
+    """The submission's side in this process: a call goes through both picklers."""
+
+    def __init__(self):
+        self.handles, self.reply = Handles(), None
+
+    def send(self, message):
+        self.reply = run_call(self.handles.loads(judge_dumps(message)), self.handles)
+
+    def receive(self, states=()):
+        return judge_loads(self.reply, states)
+
+
+def graded_over_the_wire(qid, answer) -> dict:
+    loop = Loopback()
+    SESSION.call = lambda h, args, kwargs: call_through(loop, h, args, kwargs)
+    try:
+        return verdict(registry.get(qid), {qid: submission_dumps(answer, loop.handles)},
+                       [], [], None)
+    finally:
+        SESSION.call = None
+
+
+@pytest.mark.parametrize("qid, kind, label, answer, fragments", CORPUS,
+                         ids=[f"{c[0]}-{c[2].replace(' ', '_')}" for c in CORPUS])
+def test_a_wrong_answer_fails_the_same_over_the_wire(qid, kind, label, answer, fragments):
+    v = graded_over_the_wire(qid, answer)
+    assert v["status"] == "failed", v
+    for fragment in fragments:
+        assert fragment in v["message"], f"{fragment!r} not in:\n{v['message']}"
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+@pytest.mark.parametrize("payload", [
+    pickle.dumps(_Evil()),
+    pickle.dumps(eval),
+    b"cbuiltins\ngetattr\n(cbuiltins\nobject\nS'__subclasses__'\ntR.",
+    pickle.dumps(np.load),
+    pickle.dumps(registry.get),                    # ipulab, but not a data class
+])
+def test_the_judge_unpickles_nothing_that_runs_code(payload):
+    with pytest.raises(WireError, match="cannot accept"):
+        judge_loads(payload)
+
+
+def test_a_graph_comes_back_only_grown():
+    from ipulab import devices, poplar
+    from ipulab.course.session import Tampering, adopt
+    g = poplar.Graph(devices.ipu("ipu2", tiles_per_ipu=2).target)
+    x = g.add_variable(poplar.FLOAT, [4], "x")
+    g.create_host_read("out", x)
+    state = g.get_top_level_graph()
+    st = x._graph
+    old = dict(vars(st))
+    forged = pickle.loads(pickle.dumps(dict(vars(st))))
+    forged["handles"] = {}
+    with pytest.raises(Tampering, match="host handle 'out'"):
+        adopt(st, old, forged)
+    grown = pickle.loads(pickle.dumps(dict(vars(st))))
+    grown["target"] = "a cheaper machine"
+    adopt(st, old, grown)
+    assert st.target is old["target"] and state.target.num_tiles == 2
+
+
+SOURCES_REFUSED = [
+    ("def f(a):\n    import os\n", "Import"),
+    ("def f(a):\n    return a.__class__\n", "__class__"),
+    ("def f(a):\n    return '{0.__class__}'.format(a)\n", ".format"),
+    ("def f(a):\n    open('/tmp/x', 'w')\n", "open"),
+    ("def f(a):\n    np.save('/tmp/x', a)\n", "np.save"),
+    ("def f(a=__import__('os')):\n    pass\n", "default"),
+    ("def f(a):\n    return getattr(a, 'x')\n", "getattr"),
+    ("def f(a):\n    return (lambda: 1)()\n", "Lambda"),
+    ("@np.vectorize\ndef f(a):\n    pass\n", "decorator"),
+]
+
+
+@pytest.mark.parametrize("source, what", SOURCES_REFUSED, ids=[w for _, w in SOURCES_REFUSED])
+def test_submitted_source_that_could_escape_is_refused(source, what):
+    with pytest.raises(UnsafeCode, match=what if what.isalpha() else None):
+        check_function_source(source, "compute")
+
+
+def test_a_plain_compute_is_defined_with_its_source():
+    import inspect
+    fn = check_function_source("@staticmethod\ndef compute(inp, out):\n    s = np.float32(0)\n"
+                               "    for x in inp:\n        s += x * x\n    out[0] = s\n", "t")
+    out = np.zeros(1, np.float32)
+    fn(np.arange(3, dtype=np.float32), out)
+    assert out[0] == 5 and "s += x * x" in inspect.getsource(fn)
+
+
+def test_a_generated_codelet_must_be_one_plain_class():
+    with pytest.raises(UnsafeCode):
+        check_codelet_class_source("import os\nclass Codelet(Vertex):\n    pass\n")
+    with pytest.raises(UnsafeCode):
+        check_codelet_class_source("class Codelet(Vertex):\n    x = open('/etc/passwd')\n")
+
+
+def test_frames_are_capped():
+    from ipulab.course.wire import read_frame
+    stream = io.BytesIO((10**12).to_bytes(8, "little") + b"x")
+    with pytest.raises(WireError, match="over the limit"):
+        read_frame(stream)
