@@ -1,6 +1,7 @@
 """The `ipulab` command: version, hardware presets, opening the course in JupyterLab,
 training the course's CNN on a simulated system (`ipulab train`), and the coursework
-(building exercises from solutions, grading notebooks, checking the installation)."""
+(building exercises from solutions, grading notebooks and whole classes, checking the
+installation)."""
 from __future__ import annotations
 
 import argparse
@@ -118,12 +119,41 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", dest="json_path", default=None, help="also write the grades as JSON")
     check.add_argument("--verbose", "-v", action="store_true",
                        help="print the whole message of every failed check")
+    _grade_parser(csub)
     csub.add_parser("doctor", help="check that this installation is ready for the course")
     parser.course_parser = course
     cache = sub.add_parser("cache", help="the executable cache: where it is, what it holds, "
                            "emptying it")
     cache.add_argument("action", choices=("info", "clear"))
     return parser
+
+
+def _grade_parser(csub) -> None:
+    """`ipulab course grade`'s arguments (the work is ipulab.course.classgrade's)."""
+    g = csub.add_parser(
+        "grade", help="grade a class's notebooks into a gradebook, on dask (sandboxed)",
+        description="Grade every notebook of every student (SUBMISSIONS/STUDENT/*.ipynb, or "
+        "nbgrader's submitted/STUDENT/ASSIGNMENT/*.ipynb), each in the judge's sandbox, as "
+        "dask tasks. Results go into a SQLite gradebook as each notebook ends; a rerun grades "
+        "only notebooks that changed. Writes a CSV and a feedback page per student, prints "
+        "students x sets. Exit code 0 when every notebook has a status, whatever the grades.")
+    g.add_argument("submissions", metavar="SUBMISSIONS", help="a folder per student")
+    g.add_argument("--gradebook", metavar="DB", default=None,
+                   help="the SQLite gradebook, kept between runs (default: gradebook.sqlite "
+                   "next to SUBMISSIONS)")
+    g.add_argument("--csv", metavar="FILE", default=None,
+                   help="one row per student and question (default: the gradebook's name "
+                   "with .csv); feedback/STUDENT.html pages go next to it")
+    g.add_argument("--feedback", metavar="DIR", default=None,
+                   help="where the feedback pages go (default: feedback/ next to the CSV)")
+    g.add_argument("--timeout", metavar="S", type=float, default=600.0,
+                   help="seconds allowed per notebook (default 600)")
+    g.add_argument("--workers", metavar="N", type=int, default=2,
+                   help="local dask worker processes (default 2; 0: grade in this process, "
+                   "one notebook at a time, without dask)")
+    g.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="a running dask scheduler, e.g. tcp://host:8786, instead of local "
+                   "workers (its workers must see SUBMISSIONS at the same path)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,7 +348,7 @@ def cache_command(action: str) -> int:
 
 
 def course_main(args, parser) -> int:
-    """`ipulab course build | check | doctor`."""
+    """`ipulab course build | check | grade | doctor`."""
     if args.course_command == "build":
         from ipulab.course.build import BuildError, build
         solutions = args.solutions or course_dir("solutions")
@@ -339,6 +369,11 @@ def course_main(args, parser) -> int:
         from ipulab.course.grade import main as grade_main
         return grade_main(args.paths, jobs=args.jobs, timeout=args.timeout,
                           json_path=args.json_path, verbose=args.verbose)
+    if args.course_command == "grade":
+        from ipulab.course.classgrade import main as class_grade
+        return class_grade(args.submissions, gradebook=args.gradebook, csv_path=args.csv,
+                           feedback=args.feedback, timeout=args.timeout, workers=args.workers,
+                           scheduler=args.scheduler)
     if args.course_command == "doctor":
         from ipulab.course.doctor import doctor
         report = doctor()
