@@ -124,6 +124,9 @@ class CostModel:
     ipu_link_latency_s: float = 200e-9
     # Global-sync hop delay [POPTEST]: 15 ns per hop, counted twice (up and back).
     sync_hop_s: float = 15e-9
+    # Latency to cross racks on GW-Links (gateway, Ethernet switches on a Bow Pod256, gateway):
+    # none is published; the order of an RDMA round over a switch, 2 us.
+    gw_link_latency_s: float = 2e-6
     # Round trip to start a host transfer over PCIe (doorbell + descriptor fetch): about 1 us.
     host_latency_s: float = 1e-6
     # Memory layout: every allocation aligned to 8 bytes (64-bit loads).
@@ -151,6 +154,10 @@ class CostModel:
 COST = CostModel()
 
 
+# Gateway: 2 x 100 Gbit/s links per Bow-2000 [GC-BOW]; the GW-Links between Pod racks.
+_GATEWAY = 2 * 100e9 / 8
+
+
 @dataclass(frozen=True)
 class System:
     """A set of IPUs with their IPU-Link topology and host connection."""
@@ -168,16 +175,32 @@ class System:
     # the system has no streaming memory of its own and remote buffers live in host memory,
     # reached over the host link.
     streaming_memory_bytes_per_second: float = 0.0
+    # "ladder": machines side by side (a Pod16's direct-attached machines); "torus": the 2-D
+    # torus of IPU-Links of a Pod rack (POD64 reports ipuLinkTopology torus).
+    topology: str = "ladder"
+    # IPUs of one rack (0: one rack); racks talk over GW-Links of gateway_bytes_per_second
+    # per machine.
+    ipus_per_rack: int = 0
+    gateway_bytes_per_second: float = _GATEWAY
 
     @property
     def num_machines(self) -> int:
         return ceil(self.num_ipus / self.ipus_per_machine)
 
-    def route(self, src_ipu: int, dst_ipu: int) -> tuple[int, int]:
-        """(links in parallel, hops) between two IPUs.
+    @property
+    def num_racks(self) -> int:
+        return ceil(self.num_ipus / self.ipus_per_rack) if self.ipus_per_rack else 1
 
-        [MODEL] Inside a machine the IPUs are fully connected; machines form a ladder in which
-        IPU k of machine m links to IPU k of machines m +/- 1 (the IPU-Fabric of a Pod).
+    def rack_of(self, ipu):
+        """The rack of an IPU (or of an array of them)."""
+        return ipu // self.ipus_per_rack if self.ipus_per_rack else ipu * 0
+
+    def route(self, src_ipu: int, dst_ipu: int) -> tuple[int, int]:
+        """(links in parallel, hops) between two IPUs of one rack.
+
+        [MODEL] Inside a machine the IPUs are fully connected. In a ladder, IPU k of machine m
+        links to IPU k of machines m +/- 1. In a torus, the rack's IPUs form rings both ways:
+        the machine's IPUs (k, wrapping round) and the rack's machines (m, wrapping round).
         """
         if src_ipu == dst_ipu:
             return 0, 0
@@ -185,6 +208,12 @@ class System:
         mb, kb = divmod(dst_ipu, self.ipus_per_machine)
         if ma == mb:
             return self.links_within_machine, 1
+        if self.topology == "torus":       # (between racks: the same place in the other rack)
+            ring = min(self.ipus_per_rack or self.num_ipus, self.num_ipus) // self.ipus_per_machine
+            dm, dk = abs(ma % ring - mb % ring), abs(ka - kb)
+            gw = int(self.rack_of(src_ipu) != self.rack_of(dst_ipu))
+            return self.links_between_machines, \
+                min(dm, ring - dm) + min(dk, self.ipus_per_machine - dk) + gw
         return self.links_between_machines, abs(ma - mb) + (ka != kb)
 
     @property
@@ -201,8 +230,6 @@ def _single(chip: Chip) -> System:
     return System(chip.name, f"one {chip.description}", chip, 1, chip.host_link_bytes_per_second)
 
 
-# Gateway: 2 x 100 Gbit/s links per Bow-2000 [GC-BOW].
-_GATEWAY = 2 * 100e9 / 8
 # Streaming memory: DDR4 on each machine's IPU-Gateway [GC-IPU2, GC-BOW give the capacity
 # only]. [MODEL] No bandwidth is published with the capacity, so we take the gateway's own
 # link rate (2 x 100 Gbit/s = 25 GB/s) for the path between a machine's IPUs and its
@@ -222,14 +249,34 @@ SYSTEMS = {
     # Bow-2000: 4 x Bow IPU, 1.4 PFLOPS fp16, up to 256 GB streaming memory [GC-BOW].
     "bow2000": System("bow2000", "Bow-2000: 4 x Bow IPU", bow, 4, _GATEWAY, 256 * 10**9,
                       streaming_memory_bytes_per_second=_STREAMING),
-    # Bow Pods: 4 / 16 / 64 Bow-2000s [GC-BOW].
-    "pod16": System("pod16", "Bow Pod16: 4 x Bow-2000", bow, 16, _GATEWAY, 4 * 256 * 10**9,
-                    streaming_memory_bytes_per_second=_STREAMING),
-    "pod64": System("pod64", "Bow Pod64: 16 x Bow-2000", bow, 64, _GATEWAY, 16 * 256 * 10**9,
-                    streaming_memory_bytes_per_second=_STREAMING),
-    "pod256": System("pod256", "Bow Pod256: 64 x Bow-2000", bow, 256, _GATEWAY,
-                     64 * 256 * 10**9, streaming_memory_bytes_per_second=_STREAMING),
 }
+
+
+# A Pod's machines: Bow-2000 with 256 GB of streaming memory [GC-BOW], M2000 with the 128 GB
+# it ships with [IPU_FACTS, Pods].
+POD_MACHINES = {"bow": ("Bow-2000", 256 * 10**9), "ipu2": ("IPU-M2000", 128 * 10**9)}
+POD_RACK = 64          # IPUs of a POD64 rack; bigger Pods are racks joined by GW-Links
+
+
+def pod(num_ipus: int, chip: Chip = bow) -> System:
+    """A Pod of num_ipus IPUs (a power of two, 16 or more) built of 4-IPU machines of chip:
+    a Pod16's 4 machines direct-attached (a ladder); from 32 IPUs a 2-D torus in each POD64
+    rack; Pod128 and Pod256 are 2 and 4 racks joined by GW-Links [IPU_FACTS, Pods]."""
+    if chip.name not in POD_MACHINES:
+        raise ValueError(f"Pods are built of Bow-2000s (bow) or IPU-M2000s (ipu2), not "
+                         f"{chip.name}")
+    if num_ipus < 16 or num_ipus & (num_ipus - 1):
+        raise ValueError(f"a Pod's size is a power of two, 16 or more, not {num_ipus}")
+    machine, memory = POD_MACHINES[chip.name]
+    name = f"pod{num_ipus}" if chip.name == "bow" else f"m2000-pod{num_ipus}"
+    prefix = "Bow " if chip.name == "bow" else "IPU-"
+    return System(name, f"{prefix}Pod{num_ipus}: {num_ipus // 4} x {machine}", chip, num_ipus,
+                  _GATEWAY, num_ipus // 4 * memory, streaming_memory_bytes_per_second=_STREAMING,
+                  topology="ladder" if num_ipus <= 16 else "torus",
+                  ipus_per_rack=POD_RACK if num_ipus > POD_RACK else 0)
+
+
+SYSTEMS.update({f"pod{n}": pod(n) for n in (16, 64, 128, 256)})
 
 
 def system_for(chip: Chip, num_ipus: int) -> System:

@@ -68,3 +68,17 @@ def bow2000(tiles_per_ipu: int | None = None) -> Device:
 def pod16(tiles_per_ipu: int | None = None) -> Device:
     """A Bow Pod16: four Bow-2000s, 16 IPUs."""
     return system("pod16", tiles_per_ipu)
+
+
+def pod(n: int, ipu: str = "bow", tiles_per_ipu: int | None = None) -> Device:
+    """An IPU-POD of n IPUs (16, 32, 64, 128, 256: a power of two): Bow-2000s (ipu="bow") or
+    IPU-M2000s (ipu="ipu2"); a 2-D torus of IPU-Links in each 64-IPU rack, GW-Links between
+    racks. Cheap to make at any size; simulate with a few tiles_per_ipu."""
+    if ipu not in arch.POD_MACHINES:
+        raise GraphError(f"a Pod is built of Bow-2000s (ipu='bow') or IPU-M2000s "
+                         f"(ipu='ipu2'), not {ipu!r}")
+    try:
+        s = arch.pod(int(n), arch.CHIPS[ipu])
+    except (ValueError, TypeError) as e:
+        raise GraphError(str(e)) from None
+    return Device(Target(s.chip, s.num_ipus, tiles_per_ipu, system=s))

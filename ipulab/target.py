@@ -13,7 +13,9 @@ class Target:
     """What Poplar calls a Target: tiles, memory, workers, clock, and how data moves between IPUs."""
 
     def __init__(self, chip: arch.Chip, num_ipus: int = 1, tiles_per_ipu: int | None = None,
-                 cost: arch.CostModel = arch.COST):
+                 cost: arch.CostModel = arch.COST, system: arch.System | None = None):
+        """system: the machine the IPUs are in (default: the named system of this chip and
+        IPU count, e.g. a Bow-2000 for 4 Bow IPUs)."""
         tiles_per_ipu = chip.tiles_per_ipu if tiles_per_ipu is None else int(tiles_per_ipu)
         if not 1 <= tiles_per_ipu <= chip.tiles_per_ipu:
             raise GraphError(f"{chip.name} has 1 to {chip.tiles_per_ipu} tiles per IPU, "
@@ -22,7 +24,10 @@ class Target:
             raise GraphError(f"a target needs at least one IPU, not {num_ipus}")
         self.chip, self.cost = chip, cost
         self.num_ipus, self.tiles_per_ipu = int(num_ipus), tiles_per_ipu
-        self.system = arch.system_for(chip, self.num_ipus)
+        self.system = system or arch.system_for(chip, self.num_ipus)
+        if self.system.num_ipus != self.num_ipus or self.system.chip is not chip:
+            raise GraphError(f"{self.system.description} has {self.system.num_ipus} "
+                             f"{self.system.chip.name} IPUs, not {num_ipus} {chip.name}")
 
     arch = property(lambda self: self.chip.name)
     num_tiles = property(lambda self: self.num_ipus * self.tiles_per_ipu)
@@ -45,11 +50,12 @@ class Target:
                 f"{self.system.name})")
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Target) and (self.chip, self.num_ipus, self.tiles_per_ipu) == (
-            other.chip, other.num_ipus, other.tiles_per_ipu)
+        return isinstance(other, Target) and (self.chip, self.num_ipus, self.tiles_per_ipu,
+                                              self.system) == (
+            other.chip, other.num_ipus, other.tiles_per_ipu, other.system)
 
     def __hash__(self) -> int:
-        return hash((self.chip.name, self.num_ipus, self.tiles_per_ipu))
+        return hash((self.chip.name, self.num_ipus, self.tiles_per_ipu, self.system.name))
 
     # --- conversions used by the cycle model -----------------------------------------------
     def cycles(self, seconds: float) -> int:
@@ -64,7 +70,9 @@ class Target:
         if kind == "internal":
             return internal
         hops = 1 + self.num_ipus // 4
-        external = internal + self.cycles(2 * self.cost.sync_hop_s * hops)
+        racks = self.system.num_racks      # a sync across racks also crosses the GW-Links
+        external = internal + self.cycles(2 * self.cost.sync_hop_s * hops + 2 * (racks > 1) *
+                                          self.cost.gw_link_latency_s)
         return external if kind == "external" else external + self.cycles(self.cost.host_latency_s)
 
     def host_cycles(self, nbytes: int) -> int:
@@ -86,6 +94,12 @@ class Target:
                            + nbytes / self.system.streaming_bytes_per_second)
 
     def link_cycles(self, nbytes: int, src_ipu: int, dst_ipu: int) -> int:
+        """Moving nbytes from one IPU to another: over IPU-Links inside a rack, over the
+        machine's GW-Links between racks. [MODEL] A machine's GW-Links are shared by its IPUs,
+        which in a collective all send at once: each gets its share."""
+        if nbytes > 0 and self.system.rack_of(src_ipu) != self.system.rack_of(dst_ipu):
+            share = self.system.gateway_bytes_per_second / self.system.ipus_per_machine
+            return self.cycles(self.cost.gw_link_latency_s + nbytes / share)
         links, hops = self.system.route(src_ipu, dst_ipu)
         if nbytes <= 0 or links == 0:
             return 0

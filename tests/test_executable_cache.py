@@ -223,3 +223,18 @@ def test_an_empty_setting_means_the_default_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("IPULAB_CACHE", "")
     monkeypatch.delenv("IPULAB_CACHE_DIR", raising=False)
     assert X.folder() == tmp_path / ".cache" / "ipulab" / "executables"
+
+
+def test_the_same_graph_on_another_machine_is_another_key():
+    """A Pod128 of two racks and the same IPUs in one rack cost collectives differently."""
+    import dataclasses
+    from ipulab import arch
+    from ipulab.poplar.executables import executable_key
+    from ipulab.target import Target
+    keys = []
+    for system in (arch.pod(128), dataclasses.replace(arch.pod(128), ipus_per_rack=0)):
+        g = poplar.Graph(Target(arch.bow, 128, 2, system=system))
+        t = g.add_variable(poplar.FLOAT, [4], "t")
+        g.set_tile_mapping(t, 0)
+        keys.append(executable_key(g.get_top_level_graph()._state, [], "compiled"))
+    assert keys[0] != keys[1]

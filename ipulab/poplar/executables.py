@@ -141,8 +141,8 @@ def executable_key(state, programs, mode: str) -> str:
     """The key of what compiling these programs over this graph state gives."""
     h = hashlib.blake2b(_package(), digest_size=24)
     t = state.target
-    h.update(repr((t.chip, t.num_ipus, t.tiles_per_ipu, t.cost, state.replication_factor,
-                   mode)).encode())
+    h.update(repr((t.chip, t.num_ipus, t.tiles_per_ipu, t.system, t.cost,
+                   state.replication_factor, mode)).encode())
     for key in sorted(state.arenas):
         a = state.arenas[key]
         h.update(f"arena {key} {a.size}".encode())
