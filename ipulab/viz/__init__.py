@@ -8,6 +8,8 @@
     show(viz.liveness(profile))              # bytes in use after each executed step
     show(viz.codelet_summary(profile))       # cycles by codelet
     show(viz.linked(profile))                # heatmap + trace with linked selection
+    show(viz.pod_partitions(16, partitions)) # a Pod's IPUs coloured by owner (ipulab.vipu)
+    show(viz.ipu_gantt(schedule.gantt(), 16)) # a day of jobs: IPUs over time
     viz.save_html(viz.training_report(trainer.history, profile, title, rows), "out.html")
 
 viz reads Profile objects only (never ipulab.machine). Every figure draws a bounded number of
@@ -20,8 +22,10 @@ from .heatmap import tile_memory_heatmap
 from .linked import linked
 from .liveness import liveness
 from .notebook import setup
+from .pod import ipu_gantt, pod_partitions
 from .report import save_html, training_report
 from .trace import bsp_trace
 
 __all__ = ["setup", "tile_memory_heatmap", "bsp_trace", "exchange_matrix", "liveness",
-           "codelet_summary", "linked", "training_report", "save_html", "fmt_bytes"]
+           "codelet_summary", "linked", "training_report", "save_html", "fmt_bytes",
+           "pod_partitions", "ipu_gantt"]

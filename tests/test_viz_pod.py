@@ -1,0 +1,38 @@
+"""viz.pod_partitions and viz.ipu_gantt: plain data in, bokeh out; their columns are the data."""
+import pytest
+
+from ipulab import viz
+from ipulab.viz.base import subtitle
+from ipulab.viz.palette import EMPTY_COLOR
+
+PARTS = [{"name": "p-ada", "ipus": [0, 1, 2, 3], "user": "ada"},
+         {"name": "p-bob", "ipus": [8, 9], "user": "bob"},
+         {"name": "p-ada2", "ipus": [12, 13], "user": "ada"}]
+JOBS = {"name": ["A", "B"], "user": ["ada", "bob"], "first_ipu": [0, 8], "ipus": [8, 4],
+        "start": [0.0, 1800.0], "end": [3600.0, 9000.0], "wait": [0.0, 600.0]}
+
+
+def test_pod_view_colours_ipus_by_owner_or_partition():
+    fig = viz.pod_partitions(16, PARTS)
+    data = fig.select_one({"name": "ipus"}).data
+    assert list(data["partition"][:4]) == ["p-ada"] * 4 and data["partition"][4] == ""
+    assert data["color"][0] == data["color"][12] != data["color"][8]       # by user
+    assert data["color"][4] == EMPTY_COLOR and list(data["machine"][:5]) == [0, 0, 0, 0, 1]
+    by_part = viz.pod_partitions(16, PARTS, color_by="partition").select_one({"name": "ipus"})
+    assert by_part.data["color"][0] != by_part.data["color"][12]
+    assert subtitle(fig).startswith("3 partitions, 8 of 16 IPUs free")
+    assert fig.frame_width <= 1200
+    with pytest.raises(ValueError, match="color_by"):
+        viz.pod_partitions(16, PARTS, color_by="size")
+
+
+def test_gantt_boxes_span_each_jobs_ipus_and_hours():
+    fig = viz.ipu_gantt(JOBS, 16, reservations={"C": (9000.0, 0, 16)})
+    data = fig.select_one({"name": "jobs"}).data
+    assert list(data["left"]) == [0, 0.5] and list(data["right"]) == [1, 2.5]
+    assert list(data["bottom"]) == [-0.5, 7.5] and list(data["top"]) == [7.5, 11.5]
+    assert list(data["wait"]) == [0, 10] and data["color"][0] != data["color"][1]
+    assert fig.select_one({"name": "reservations"}) is not None
+    assert fig.sizing_mode == "stretch_width"
+    empty = viz.ipu_gantt({k: [] for k in JOBS}, 4)
+    assert empty.select_one({"name": "jobs"}).data["name"].size == 0
