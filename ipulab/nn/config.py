@@ -23,6 +23,7 @@ from .pipeline import balanced_cuts, stage_spans
 
 PRECISIONS = ("fp32", "fp16")
 OPTIMIZERS = ("sgd",)
+OPTIMIZER_STATES = ("on-chip", "off-chip")
 HALF_LOSS_SCALE = 128.0         # fp16's default loss scaling: small gradients survive in half
 
 
@@ -66,6 +67,12 @@ class TrainConfig:
     fp16). lr, momentum: SGD's. seed: initial weights and Dropout masks. system and
     tiles_per_ipu: the device to build when none is given (devices.system names).
     epochs: how long `ipulab train` and the dashboard train by default.
+
+    Scale-out (issue 13; see README, "Pods"):
+    optimizer_state: "on-chip" (default) or "off-chip": the momentum (SGD's velocity) lives
+    in Streaming Memory, a remote buffer per replica, loaded into tile memory for the update
+    and stored after it. Without momentum SGD has no state: "off-chip" is then allowed and
+    changes nothing (state_off_chip is False).
     """
 
     replicas: int | None = 1
@@ -82,6 +89,7 @@ class TrainConfig:
     system: str | None = None
     tiles_per_ipu: int | None = None
     epochs: int = 1
+    optimizer_state: str = "on-chip"
 
     def __post_init__(self):
         fix = (lambda name, value: object.__setattr__(self, name, value))
@@ -95,7 +103,8 @@ class TrainConfig:
                           "must be a positive number"))
         fix("momentum", _number(self.momentum, "momentum", lambda v: 0 <= v < 1,
                                 "must be in [0, 1)"))
-        for name, allowed in (("optimizer", OPTIMIZERS), ("precision", PRECISIONS)):
+        for name, allowed in (("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
+                              ("optimizer_state", OPTIMIZER_STATES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"must be one of {', '.join(allowed)}",
                                   getattr(self, name))
@@ -159,6 +168,12 @@ class TrainConfig:
         return HALF_LOSS_SCALE if self.precision == "fp16" else 1.0
 
     @property
+    def state_off_chip(self) -> bool:
+        """Whether optimizer state goes to Streaming Memory: asked for, and there is some
+        (SGD keeps a velocity only with momentum)."""
+        return self.optimizer_state == "off-chip" and self.momentum > 0
+
+    @property
     def dtype(self):
         """The type of activations and gradients: HALF in fp16, FLOAT in fp32."""
         return HALF if self.precision == "fp16" else FLOAT
@@ -212,4 +227,4 @@ class TrainConfig:
         return r * batch_size <= samples and batch_size % self.micro == 0
 
 
-__all__ = ["TrainConfig", "PRECISIONS", "OPTIMIZERS"]
+__all__ = ["TrainConfig", "PRECISIONS", "OPTIMIZERS", "OPTIMIZER_STATES"]

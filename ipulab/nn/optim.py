@@ -3,6 +3,10 @@
     momentum == 0:   w -= lr * g
     momentum  > 0:   v = momentum * v + g;   w -= lr * v        (v starts at zero)
 
+With the optimizer state off-chip (TrainConfig(optimizer_state="off-chip")) v lives in
+Streaming Memory: a remote buffer per replica, copied into an on-chip tensor just before the
+update and written back just after it, so the tensor is live only around the update.
+
 With fp16 training the gradients are HALF and carry the loss scale S: the update reads them
 as float, times 1 / S, into the float master weights (and velocity) in the same map.
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 from .. import popops
 from ..errors import GraphError
 from ..poplar import FLOAT
+from ..poplar import program as prog
 from ..popops.expr import _1, _2, cast
 
 
@@ -29,23 +34,31 @@ class SGD:
                 not 0.0 <= momentum < 1.0:
             raise GraphError(f"SGD: momentum must be in [0, 1), not {momentum!r}")
         self.lr, self.momentum = float(lr), float(momentum)
-        self.velocity = None
+        self.velocity = None           # the on-chip velocity tensor (with momentum)
+        self.velocity_buffer = None    # its remote buffer, when the state is off-chip
 
     def build(self, graph, weights, grads, seq, name: str = "sgd",
-              grad_scale: float = 1.0) -> None:
+              grad_scale: float = 1.0, off_chip: bool = False) -> None:
         """Add the update of `weights` (a flat FLOAT tensor, e.g. a concat of every weight)
-        by grad_scale * `grads` (the same shape, FLOAT or HALF) to seq."""
+        by grad_scale * `grads` (the same shape, FLOAT or HALF) to seq. off_chip: keep the
+        velocity in a remote buffer named f"{name}/velocity" (zeros at load), loaded for the
+        update and stored after it."""
         if weights.shape != grads.shape:
             raise GraphError(f"SGD: weights {list(weights.shape)} and gradients "
                              f"{list(grads.shape)} differ")
         plain = grads.dtype == FLOAT and grad_scale == 1.0
         g = _2 if plain else cast(_2, FLOAT) * float(grad_scale)
         if self.momentum:
-            self.velocity = graph.clone(weights, f"{name}/velocity")
-            popops.map_in_place(graph, _1 * self.momentum + g, [self.velocity, grads], seq,
+            self.velocity = v = graph.clone(weights, f"{name}/velocity")
+            if off_chip:
+                self.velocity_buffer = graph.add_remote_buffer(f"{name}/velocity", FLOAT,
+                                                               v.num_elements())
+                seq.add(prog.Copy(self.velocity_buffer, v, name=f"{name}/velocity/load"))
+            popops.map_in_place(graph, _1 * self.momentum + g, [v, grads], seq,
                                 f"{name}/momentum")
-            popops.scaled_add_to(graph, weights, self.velocity, -self.lr, seq,
-                                 f"{name}/update")
+            popops.scaled_add_to(graph, weights, v, -self.lr, seq, f"{name}/update")
+            if off_chip:
+                seq.add(prog.Copy(v, self.velocity_buffer, name=f"{name}/velocity/store"))
         elif plain:
             popops.scaled_add_to(graph, weights, grads, -self.lr, seq, f"{name}/update")
         else:

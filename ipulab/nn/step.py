@@ -7,7 +7,8 @@
      predictions out
 
 Host handles: write/<key> and read/<key> for every weight (state_dict keys),
-write/sgd/velocity with momentum, write/dropout/seed with Dropout. FIFOs: <prefix>/x,
+write/sgd/velocity with momentum (the remote buffer sgd/velocity instead when the optimizer
+state is off-chip), write/dropout/seed with Dropout. FIFOs: <prefix>/x,
 <prefix>/labels, <prefix>/loss, <prefix>/correct (and eval/predictions), prefix train or eval.
 """
 from __future__ import annotations
@@ -137,8 +138,9 @@ class StepGraph:
             grad_flat = all_reduce_gradients(g, flat([step.grads[k] for k in keys]), update,
                                              self.config.replicas)
             optimizer.build(g, flat([self.weights[k] for k in keys]), grad_flat, update,
-                            grad_scale=1.0 / self.config.scale)
-            if optimizer.velocity is not None:
+                            grad_scale=1.0 / self.config.scale,
+                            off_chip=self.config.state_off_chip)
+            if optimizer.velocity is not None and optimizer.velocity_buffer is None:
                 g.create_host_write("write/sgd/velocity", optimizer.velocity)
         if self.seed is not None:      # next step, next masks
             popops.map_in_place(g, _1 + 1, [self.seed.slice(0, 1)], update, "dropout/next_seed")

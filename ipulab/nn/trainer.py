@@ -58,7 +58,8 @@ class Trainer:
 
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
-    micro_batches, recompute, seed, loss_scaling; or config= a TrainConfig. device: where to
+    micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
+    ("on-chip" or "off-chip"); or config= a TrainConfig. device: where to
     train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
     and compile now rather than at the first fit/evaluate/predict. options: Engine options
     (e.g. checked codelets).
@@ -68,13 +69,15 @@ class Trainer:
                  lr: float = 0.05, momentum: float = 0.0, precision: str = "fp32",
                  pipeline=None, recompute: bool = False, seed: int = 0, input_shape=None,
                  loss_scaling: float | None = None, options: dict | None = None,
-                 micro_batches: int | None = None, config: TrainConfig | None = None):
+                 micro_batches: int | None = None, optimizer_state: str = "on-chip",
+                 config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         config = _config(config, dict(
             replicas=replicas, batch_size=batch_size, lr=lr, momentum=momentum,
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
-            loss_scaling=loss_scaling, micro_batches=micro_batches))
+            loss_scaling=loss_scaling, micro_batches=micro_batches,
+            optimizer_state=optimizer_state))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
@@ -186,9 +189,12 @@ class Trainer:
     def _write_weights(self, weights: dict) -> None:
         for key, value in weights.items():
             self._write(f"write/{key}", value)
-        if self.optimizer.velocity is not None:       # a fresh start: no momentum yet
-            self._write("write/sgd/velocity", np.zeros(
-                self.optimizer.velocity.num_elements(), np.float32))
+        v = self.optimizer.velocity                    # a fresh start: no momentum yet
+        if self.optimizer.velocity_buffer is not None:
+            self.engine.write_remote_buffer(self.optimizer.velocity_buffer.name, np.zeros(
+                self.replicas * v.num_elements(), np.float32))
+        elif v is not None:
+            self._write("write/sgd/velocity", np.zeros(v.num_elements(), np.float32))
 
     # --- data ---------------------------------------------------------------------------------
     def _images(self, x, what: str) -> np.ndarray:

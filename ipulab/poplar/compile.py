@@ -40,6 +40,7 @@ class Compiled:
         self.memory: TileMemory | None = None
         self.vertex_stats: dict[str, dict] = {}
         self.traffic: dict[int, list] = {}    # step index -> [Traffic of each copy plan]
+        self.streaming: dict[int, int] = {}   # remote-copy step index -> bytes (all replicas)
         self.replication_factor = 1
         self.replica_stride: dict[str, int] = {}   # per arena: V, replica i's variables at i*V
         self.liveness: Liveness | None = None
@@ -139,6 +140,7 @@ class Compiler:
         for x in p.parts():
             graph = x._graph if isinstance(x, Tensor) else x.graph
             if graph is not self.st:
+                self.target.check_partition(graph.target, f"use {type(x).__name__} '{x.name}' of")
                 raise ProgramError(f"program uses {type(x).__name__} '{x.name}' of another graph")
         for child in p.children():
             self.check_program_graph(child)

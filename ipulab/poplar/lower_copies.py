@@ -150,6 +150,7 @@ def remote_copy(c, p) -> bsp.Step:
                                np.repeat(np.arange(c.rep.r, dtype=np.int64), rows_per_replica),
                                rows_at)
     c.add_step(step)
+    c.out.streaming[step.index] = ids.size * t.dtype.size
     c.touch(step, reads, writes)
     return step
 

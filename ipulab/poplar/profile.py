@@ -66,6 +66,7 @@ class Profile:
             self.steps.append(StepRecord(i, step.kind, step.name, start, step.cycles, step.phases))
             start += step.cycles
         self._traffic = compiled.traffic
+        self._streaming = compiled.streaming
         self.graph = compiled.graph
         # what the views need of each compiled step, without its action (and so its copy
         # plans): a kept profile must not pin the engine's compiled program in memory
@@ -80,6 +81,18 @@ class Profile:
         run that leaves its tile, every replica's."""
         return {i: tuple(np.concatenate(x) for x in zip(*(t.expand() for t in parts)))
                 for i, parts in self._traffic.items()}
+
+    @functools.cached_property
+    def streaming_bytes(self) -> int:
+        """Bytes the run moved between the tiles and Streaming Memory (remote buffers, every
+        replica's, both directions)."""
+        return int(sum(self._streaming.get(rec.index, 0) for rec in self.steps))
+
+    @functools.cached_property
+    def streaming_cycles(self) -> int:
+        """BSP cycles of the run's remote-buffer copies (their syncs and transfers): the cost
+        model runs each as a step of its own, so none of it hides behind compute."""
+        return int(sum(rec.cycles for rec in self.steps if rec.index in self._streaming))
 
     @property
     def total_seconds(self) -> float:
@@ -149,7 +162,8 @@ class Profile:
 
     def step_summary(self) -> dict:
         """The figures a training run reports about one step's profile: cycles and seconds,
-        tiles used, the fullest tile's bytes, and bytes moved on-chip and over IPU-Links."""
+        tiles used, the fullest tile's bytes, bytes moved on-chip and over IPU-Links, and to
+        and from Streaming Memory (with the time those copies take)."""
         src, dst, nbytes = self.exchange_traffic()
         across = (src // self.tiles_per_ipu) != (dst // self.tiles_per_ipu)
         used = (self.memory_total > 0) | (self.compute_cycles > 0)
@@ -162,6 +176,8 @@ class Profile:
             "bytes_per_tile": int(self.bytes_per_tile),
             "exchange_bytes": int(nbytes[~across].sum()),
             "ipu_link_bytes": int(nbytes[across].sum()),
+            "streaming_bytes": self.streaming_bytes,
+            "streaming_seconds": float(self.streaming_cycles / self.clock_hz),
         }
 
     def phase_totals(self) -> dict[str, int]:
@@ -182,6 +198,8 @@ class Profile:
              "memory": {k: v.tolist() for k, v in self.memory.items()},
              "memory_total": self.memory_total.tolist(),
              "vertex_stats": self.vertex_stats, "phase_totals": self.phase_totals(),
+             "streaming_bytes": self.streaming_bytes,
+             "streaming_cycles": self.streaming_cycles,
              "steps": [r.to_dict() for r in self.steps]}
         d.update({attr: getattr(self, attr).tolist() for attr in _PER_TILE})
         return d

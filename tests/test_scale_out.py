@@ -1,0 +1,103 @@
+"""Scale-out mechanisms of nn.Trainer (issue 13): optimizer state in Streaming Memory,
+replicated tensor sharding, tensor parallelism and phased execution. Each gives the losses of
+a plain single-IPU step (the numpy reference, 20 steps, 1e-5 relative), on cut-down targets."""
+import numpy as np
+import pytest
+from nn_reference import Reference
+
+import ipulab
+from ipulab import nn
+from ipulab.errors import ConfigError
+
+STEPS = 20
+
+
+@pytest.fixture(scope="module")
+def digits():
+    x, y, _, _ = ipulab.data.digits()
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def bow2000():
+    """A Bow-2000 of 8 tiles per IPU: 4 IPUs, one machine's Streaming Memory."""
+    return ipulab.devices.bow2000(tiles_per_ipu=8)
+
+
+def small_cnn():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+
+
+def check_against_reference(trainer, digits, lr, momentum, steps=STEPS):
+    """Train `steps` steps in order; the losses and correct counts are the numpy
+    reference's on the global batch, and so are the weights after."""
+    x, y = digits
+    gb = trainer.global_batch_size
+    model = trainer.model
+    w0 = trainer.get_weights()
+    h = trainer.fit(x[:steps * gb], y[:steps * gb], shuffle=False)
+    ref = Reference(model, w0, lr, momentum)
+    out = [ref.step(x[s * gb:(s + 1) * gb], y[s * gb:(s + 1) * gb]) for s in range(steps)]
+    np.testing.assert_allclose(h["loss"], [o[0] for o in out], rtol=1e-5, atol=0)
+    np.testing.assert_array_equal(np.round(np.array(h["accuracy"]) * gb), [o[1] for o in out])
+    w = trainer.get_weights()
+    for k in w0:
+        np.testing.assert_allclose(w[k], ref.w[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    return h
+
+
+# --- optimizer state off-chip -----------------------------------------------------------------
+def test_off_chip_momentum_matches_the_reference(digits, bow2000):
+    """Two replicas, momentum in each replica's remote buffer: the reference's training, the
+    velocity readable in Streaming Memory, its traffic in the profile."""
+    tr = nn.Trainer(small_cnn(), bow2000, replicas=2, batch_size=8, lr=0.1, momentum=0.9,
+                    seed=1, optimizer_state="off-chip")
+    check_against_reference(tr, digits, 0.1, 0.9)
+    prof = tr.profile()
+    n = tr.model.num_parameters()
+    assert prof.streaming_bytes == 2 * 2 * 4 * n      # load + store, float, 2 replicas
+    loads = [r for r in prof.steps if r.kind == "remote_copy"]
+    assert [r.name for r in loads] == ["sgd/velocity/load", "sgd/velocity/store"]
+    assert prof.streaming_cycles == sum(r.cycles for r in loads) > 0
+    s = prof.step_summary()
+    assert s["streaming_bytes"] == prof.streaming_bytes
+    assert s["streaming_seconds"] == pytest.approx(prof.streaming_cycles / prof.clock_hz)
+    d = prof.to_dict()
+    assert (d["streaming_bytes"], d["streaming_cycles"]) == (prof.streaming_bytes,
+                                                             prof.streaming_cycles)
+    v = tr.engine.read_remote_buffer("sgd/velocity")
+    assert v.shape == (2, 1, n) and np.abs(v).sum() > 0
+    np.testing.assert_array_equal(v[0], v[1])          # the replicas agree
+    # the on-chip copy lives only around the update
+    assert "sgd/velocity" in {row[0] for row in prof.not_always_live()}
+    tr.set_weights(tr.get_weights())                    # momentum starts again from zero
+    assert not tr.engine.read_remote_buffer("sgd/velocity").any()
+
+
+def test_off_chip_state_saves_tile_memory_and_costs_streaming_time(digits, bow2000):
+    """The same run with the state on-chip: the same bits, no Streaming Memory traffic; the
+    off-chip step is slower by exactly its remote copies (the cost model overlaps nothing)
+    and its always-live tile memory is smaller."""
+    runs = {}
+    for state in ("on-chip", "off-chip"):
+        tr = nn.Trainer(small_cnn(), bow2000, batch_size=16, lr=0.1, momentum=0.9, seed=1,
+                        optimizer_state=state)
+        h = tr.fit(*(a[:64] for a in digits), shuffle=False)
+        runs[state] = (h["loss"], tr.get_weights(), tr.profile())
+    (l_on, w_on, p_on), (l_off, w_off, p_off) = runs["on-chip"], runs["off-chip"]
+    assert l_on == l_off
+    for k in w_on:
+        np.testing.assert_array_equal(w_on[k], w_off[k])
+    assert p_on.streaming_bytes == p_on.streaming_cycles == 0
+    assert p_off.total_cycles == p_on.total_cycles + p_off.streaming_cycles
+    always = (lambda p: p.liveness()["always_live"][0])
+    assert always(p_off) < always(p_on)      # the velocity no longer holds tile memory
+
+
+def test_off_chip_without_momentum_is_allowed_and_changes_nothing():
+    c = nn.TrainConfig(optimizer_state="off-chip")
+    assert not c.state_off_chip
+    assert nn.TrainConfig(optimizer_state="off-chip", momentum=0.9).state_off_chip
+    with pytest.raises(ConfigError, match="optimizer_state must be one of on-chip, off-chip"):
+        nn.TrainConfig(optimizer_state="host")
