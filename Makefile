@@ -5,9 +5,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: lab test bench exercises clean distclean
 
-# Jupyter refuses to run as root (containers) unless told to.
+# The course opens in the learner's workspace ($IPULAB_WORKSPACE, else ~/ipulab-course), a
+# copy of notebooks/ and exercises/ refreshed first (new files added, the learner's edits kept),
+# so running it never changes the checkout. `ipulab lab` starts JupyterLab there without the
+# news toast (and with --allow-root as root, where Jupyter refuses to run without it).
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(VENV)/bin/ipulab course workspace
+	$(VENV)/bin/ipulab lab
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest

@@ -57,12 +57,6 @@ def info_text() -> str:
     ])
 
 
-def notebooks_dir() -> Path:
-    """The checkout's notebooks/ folder next to the package, else the current directory."""
-    candidate = Path(__file__).resolve().parent.parent / "notebooks"
-    return candidate if candidate.is_dir() else Path.cwd()
-
-
 def course_dir(name: str) -> Path:
     """The checkout's solutions/ or exercises/ folder next to the package, else ./name."""
     candidate = Path(__file__).resolve().parent.parent / name
@@ -75,8 +69,11 @@ def _is_root() -> bool:
 
 
 def lab_command(port: int | None = None, folder: Path | None = None) -> list[str]:
-    """The JupyterLab command line that `ipulab lab` runs (built apart so tests need no server)."""
-    cmd = [sys.executable, "-m", "jupyterlab", str(folder or notebooks_dir())]
+    """The JupyterLab command line that `ipulab lab` runs on `folder` (default: the learner's
+    workspace); built apart so tests need no server."""
+    from ipulab.course.workspace import default_dir
+
+    cmd = [sys.executable, "-m", "jupyterlab", str(folder or default_dir())]
     if port is not None:
         cmd.append(f"--port={port}")
     if _is_root():
@@ -84,9 +81,37 @@ def lab_command(port: int | None = None, folder: Path | None = None) -> list[str
     return cmd
 
 
-def _run(cmd: list[str]) -> int:
+def lab_env(folder: Path) -> dict[str, str]:
+    """The environment of `ipulab lab`: the workspace's Jupyter config (page_config.json without
+    the news and update toasts) first on JUPYTER_CONFIG_PATH, the user's own config after it."""
+    from ipulab.course.workspace import write_lab_config
+
+    config = str(write_lab_config(folder))
+    rest = os.environ.get("JUPYTER_CONFIG_PATH")
+    return dict(os.environ, JUPYTER_CONFIG_PATH=os.pathsep.join([config, rest] if rest else
+                                                                [config]))
+
+
+def lab_main(args) -> int:
+    """`ipulab lab [DIR]`: JupyterLab on the learner's workspace (made first if it does not
+    exist yet; `ipulab course workspace` refreshes it), so running the course never edits
+    the checkout."""
+    from ipulab.course.workspace import default_dir, read_manifest, refresh
+    from ipulab.errors import WorkspaceError
+
+    folder = Path(args.folder or default_dir()).expanduser().absolute()
+    try:
+        if not read_manifest(folder):
+            print("\n".join(refresh(folder).lines()))
+    except WorkspaceError as e:
+        print(f"ipulab lab: {e}", file=sys.stderr)
+        return 2
+    return _run(lab_command(args.port, folder), lab_env(folder))
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Run a child in the foreground; Ctrl-C goes to it (Jupyter asks before it stops)."""
-    proc = subprocess.Popen(cmd)
+    proc = subprocess.Popen(cmd, env=env)
     while True:
         try:
             return proc.wait()
@@ -100,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ipulab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("info", help="print the chip presets and systems")
-    lab = sub.add_parser("lab", help="open the course notebooks in JupyterLab")
+    lab = sub.add_parser("lab", help="open your workspace of the course in JupyterLab")
+    lab.add_argument("folder", nargs="?", default=None, metavar="DIR",
+                     help="the workspace (default: $IPULAB_WORKSPACE, else ~/ipulab-course)")
     lab.add_argument("--port", type=int, default=None, help="port for the Jupyter server")
     _train_parser(sub)
     course = sub.add_parser("course", help="coursework: build exercises, grade notebooks, doctor")
@@ -120,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--verbose", "-v", action="store_true",
                        help="print the whole message of every failed check")
     _grade_parser(csub)
+    ws = csub.add_parser(
+        "workspace", help="copy the course's notebooks and exercises into your own folder",
+        description="Copy the course's notebooks/ and exercises/ (not solutions/) into DIR, "
+        "where running and editing them never changes the checkout; print DIR. Run again, it "
+        "adds what is new and never overwrites a notebook you changed (it says which it kept).")
+    ws.add_argument("folder", nargs="?", default=None, metavar="DIR",
+                    help="the workspace (default: $IPULAB_WORKSPACE, else ~/ipulab-course)")
+    ws.add_argument("--reset", metavar="FILE", default=None,
+                    help="restore one notebook as the course has it, e.g. "
+                    "exercises/01_one_tile.ipynb (your version is overwritten)")
     csub.add_parser("doctor", help="check that this installation is ready for the course")
     parser.course_parser = course
     cache = sub.add_parser("cache", help="the executable cache: where it is, what it holds, "
@@ -167,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print(info_text())
         return 0
     if args.command == "lab":
-        return _run(lab_command(args.port))
+        return lab_main(args)
     if args.command == "train":
         return train_command(args)
     if args.command == "course":
@@ -347,8 +384,27 @@ def cache_command(action: str) -> int:
     return 0
 
 
+def workspace_command(args) -> int:
+    """`ipulab course workspace [DIR] [--reset FILE]`: make or refresh the learner's copy of
+    the course (ipulab.course.workspace), or restore one file; prints DIR last."""
+    from ipulab.course import workspace
+    from ipulab.errors import WorkspaceError
+
+    try:
+        if args.reset is not None:
+            path = workspace.reset(args.reset, args.folder)
+            print(f"restored {path} as the course has it")
+            print(path.parents[1])
+            return 0
+        print("\n".join(workspace.refresh(args.folder).lines()))
+    except WorkspaceError as e:
+        print(f"ipulab course workspace: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def course_main(args, parser) -> int:
-    """`ipulab course build | check | grade | doctor`."""
+    """`ipulab course build | check | grade | workspace | doctor`."""
     if args.course_command == "build":
         from ipulab.course.build import BuildError, build
         solutions = args.solutions or course_dir("solutions")
@@ -374,6 +430,8 @@ def course_main(args, parser) -> int:
         return class_grade(args.submissions, gradebook=args.gradebook, csv_path=args.csv,
                            feedback=args.feedback, timeout=args.timeout, workers=args.workers,
                            scheduler=args.scheduler)
+    if args.course_command == "workspace":
+        return workspace_command(args)
     if args.course_command == "doctor":
         from ipulab.course.doctor import doctor
         report = doctor()

@@ -54,3 +54,8 @@ class DataError(IpuLabError, ValueError):
 class SandboxError(IpuLabError):
     """Untrusted code cannot be isolated here (no bubblewrap, no user namespaces, no way to cap
     its processes): says what is missing and how to get it."""
+
+
+class WorkspaceError(IpuLabError):
+    """A learner's workspace cannot be made or refreshed as asked (a file in the way, a file
+    that is not the course's, the course not found): says which and what to do."""

@@ -1,4 +1,6 @@
 """The `ipulab` command: version, preset tables, and the JupyterLab command line it would run."""
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,18 +37,22 @@ def test_lab_command(tmp_path, monkeypatch):
     assert cli.lab_command(8899, tmp_path)[-2:] == ["--port=8899", "--allow-root"]
 
 
-def test_lab_uses_checkout_notebooks_or_cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    repo_notebooks = Path(cli.__file__).resolve().parent.parent / "notebooks"
-    expected = repo_notebooks if repo_notebooks.is_dir() else tmp_path
-    assert cli.lab_command()[3] == str(expected)
-
-
-def test_lab_runs_the_command(monkeypatch):
+def test_lab_opens_the_workspace(tmp_path, monkeypatch):
+    """`ipulab lab` opens the learner's workspace (made if missing), never the checkout, with
+    the workspace's Jupyter config (no news toast) first on JUPYTER_CONFIG_PATH."""
+    monkeypatch.setenv("IPULAB_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
+    assert cli.lab_command()[3] == str(tmp_path / "ws")
     seen = []
-    monkeypatch.setattr(cli, "_run", lambda cmd: seen.append(cmd) or 0)
+    monkeypatch.setattr(cli, "_run", lambda cmd, env: seen.append((cmd, env)) or 0)
     assert cli.main(["lab", "--port", "9000"]) == 0
-    assert seen == [cli.lab_command(9000)]
+    (cmd, env), = seen
+    assert cmd == cli.lab_command(9000, tmp_path / "ws")
+    assert (tmp_path / "ws" / "notebooks" / "00_welcome_the_ipu.ipynb").is_file()
+    first, rest = env["JUPYTER_CONFIG_PATH"].split(os.pathsep)
+    assert rest == "/elsewhere"
+    page = json.loads((Path(first) / "labconfig" / "page_config.json").read_text())
+    assert page["disabledExtensions"]["@jupyterlab/apputils-extension:announcements"]
 
 
 def test_cli_import_stays_light():
