@@ -1,6 +1,8 @@
 """Devices: IPUModel(...) and the named systems (devices.bow2000() and friends)."""
 from __future__ import annotations
 
+import numpy as np
+
 from . import arch
 from .errors import GraphError
 from .target import Target
@@ -14,6 +16,15 @@ class Device:
 
     def __repr__(self) -> str:
         return f"Device({self.target!r})"
+
+    def allocate(self, sizes: dict) -> dict:
+        """Zeroed memory for an engine's arenas ({dtype name: elements}); a device that must
+        clear its memory later (a V-IPU partition's) keeps what it hands out."""
+        return {k: np.zeros(n, np.dtype(k)) for k, n in sizes.items()}
+
+    def check(self) -> None:
+        """Raise if the device can no longer run programs (a removed partition's); an engine
+        asks before every run and host transfer."""
 
 
 class IPUModel:

@@ -59,3 +59,51 @@ class SandboxError(IpuLabError):
 class WorkspaceError(IpuLabError):
     """A learner's workspace cannot be made or refreshed as asked (a file in the way, a file
     that is not the course's, the course not found): says which and what to do."""
+
+
+class VipuError(IpuLabError):
+    """The V-IPU controller refused a request (ipulab.vipu): the subclass names the rule broken,
+    the message the request and what is free."""
+
+
+class PartitionSizeError(VipuError, ValueError):
+    """A partition's size is not a power of two, or is larger than any allocation or the Pod."""
+
+
+class PartitionNameError(VipuError):
+    """A partition name is empty, malformed, or already taken (names are unique in a cluster)."""
+
+
+class UnknownPartitionError(VipuError, KeyError):
+    """No partition of that name is visible to the user (visible: their own and shared ones)."""
+
+    def __str__(self) -> str:          # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PartitionOwnerError(VipuError):
+    """Only a partition's creator may remove or share it."""
+
+
+class AllocationError(VipuError):
+    """An allocation unknown, not granted to the user, malformed, or too small: a partition is
+    made from the IPUs of ONE allocation."""
+
+
+class NoFreeIpusError(VipuError):
+    """The allocation has no free block of IPUs of the requested size joined by IPU-Links."""
+
+
+class SyncTypeError(VipuError):
+    """An unknown sync type, or a reconfigurable partition without the c2-compatible one."""
+
+
+class StateError(VipuError):
+    """The controller's state file is missing, corrupt, of another schema, or locked; it is
+    left as it was."""
+
+
+class PartitionError(VipuError, GraphError):
+    """Isolation: a program or device of one partition touched another partition's IPUs,
+    streams or buffers, or ran on a partition that has been removed."""
+

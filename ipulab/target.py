@@ -6,7 +6,7 @@ from math import ceil
 import numpy as np
 
 from . import arch
-from .errors import GraphError
+from .errors import GraphError, PartitionError
 
 
 class Target:
@@ -48,6 +48,31 @@ class Target:
     def __repr__(self) -> str:
         return (f"Target({self.arch}, {self.num_ipus} IPU(s) x {self.tiles_per_ipu} tiles, "
                 f"{self.system.name})")
+
+    # --- V-IPU isolation (ipulab.vipu): a partition's target carries its identity ------------
+    @property
+    def partition(self) -> str | None:
+        """The V-IPU partition (or GCD) these IPUs are, as "name#lease[/gcd]"; None if the
+        target is not a partition."""
+        return getattr(self.system, "partition", None) or None
+
+    def check_partition(self, other, what: str) -> None:
+        """PartitionError if `other` (a target) is another partition's than this one's:
+        nothing of one partition may name another's IPUs, streams or buffers."""
+        theirs = getattr(other, "partition", None)
+        if (self.partition or theirs) and theirs != self.partition:
+            raise PartitionError(f"cannot {what} {other!r}: it is compiled for partition "
+                                 f"{self.partition or '(none)'} and that is partition "
+                                 f"{theirs or '(none)'}; partitions are isolated")
+
+    def tile_error(self, tile: int, n: int) -> GraphError:
+        """The error for a tile past a graph's n tiles: on a partition, a PartitionError (the
+        tiles beyond are another partition's IPUs)."""
+        text = f"tile {tile} does not exist: this graph has tiles 0 to {n - 1}"
+        if self.partition:
+            return PartitionError(f"{text} of partition {self.partition}: a program cannot "
+                                  "name the IPUs of another partition")
+        return GraphError(text)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Target) and (self.chip, self.num_ipus, self.tiles_per_ipu,

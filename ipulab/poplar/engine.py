@@ -127,12 +127,13 @@ class Engine:
 
     # --- device ----------------------------------------------------------------------------
     def load(self, device) -> None:
-        """Attach to a device: allocate the arenas and write the constants."""
+        """Attach to a device: allocate the arenas (the device's memory: a partition's is
+        cleared when it is removed) and write the constants."""
+        self.target.check_partition(getattr(device, "target", None), "load onto")
         if getattr(device, "target", None) != self.target:
             raise EngineError(f"cannot load onto {device!r}: the graph was built for "
                               f"{self.target!r}")
-        self._arenas = {k: np.zeros(n, np.dtype(k)) for k, n in
-                        self._compiled.arena_sizes.items()}
+        self._arenas = device.allocate(self._compiled.arena_sizes)
         self._arenas_ro = {}
         for k, a in self._arenas.items():
             ro = a.view()
@@ -150,8 +151,11 @@ class Engine:
         self._device = device
 
     def _require_loaded(self, what: str) -> None:
+        """EngineError before load(); the device's own error if it can no longer be used
+        (a removed V-IPU partition)."""
         if self._device is None:
             raise EngineError(f"{what} before load(): call engine.load(device) first")
+        self._device.check()
 
     # --- running ---------------------------------------------------------------------------
     def run(self, program: int = 0) -> None:
@@ -163,6 +167,7 @@ class Engine:
                               f"0 to {len(roots) - 1}")
         state = _RunState(self)
         roots[program].run(state)   # raises before commit: host arrays stay untouched
+        self._device.check()        # a partition removed meanwhile: nothing reaches the host
         state.commit()
         self._trace, self._profile = state.trace, None
 

@@ -55,7 +55,7 @@ class Graph:
         if isinstance(tile, (bool, np.bool_)) or not isinstance(tile, (int, np.integer)):
             raise GraphError(f"tile must be an integer, not {tile!r}")
         if not 0 <= tile < n:
-            raise GraphError(f"tile {tile} does not exist: this graph has tiles 0 to {n - 1}")
+            raise self._state.target.tile_error(tile, n)
         return self._lo + int(tile)
 
     def create_virtual_graph(self, lo_tile: int, hi_tile: int) -> "Graph":
@@ -308,8 +308,7 @@ class Graph:
         n = self._hi - self._lo
         bad = np.flatnonzero((t < 0) | (t >= n))
         if bad.size:
-            raise GraphError(f"tile {int(t[bad[0]])} does not exist: this graph has tiles 0 to "
-                             f"{n - 1}")
+            raise self._state.target.tile_error(int(t[bad[0]]), n)
         return t.astype(np.int64) + self._lo
 
     @staticmethod

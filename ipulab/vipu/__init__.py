@@ -1,0 +1,16 @@
+"""V-IPU: a Pod shared by many users. A controller over a simulated Pod of Bow-2000s keeps
+allocations (machines granted to users) and partitions (power-of-two blocks of IPUs joined by
+IPU-Links, isolated from each other) in one SQLite file; a partition is a device.
+
+    from ipulab import vipu
+    ctl = vipu.connect(db="class.sqlite", user="alice")
+    ctl.init("pod16")
+    dev = ctl.create_partition("mine", 4).device(tiles_per_ipu=16)
+"""
+from .controller import SYNC_TYPES, Controller, connect, default_user, pod_system, spans
+from .partition import EVERYONE, Allocation, Partition, PartitionDevice, PartitionSystem
+from .state import SCHEMA_VERSION, Store, default_path
+
+__all__ = ["Controller", "connect", "default_user", "pod_system", "spans", "SYNC_TYPES",
+           "EVERYONE", "Allocation", "Partition", "PartitionDevice", "PartitionSystem",
+           "SCHEMA_VERSION", "Store", "default_path"]

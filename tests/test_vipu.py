@@ -1,0 +1,259 @@
+"""ipulab.vipu: the V-IPU controller's rules (each broken rule its own error), partitions as
+devices, and isolation enforced by the simulator."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipulab import arch, devices, errors, poplar, poputil, vipu
+from ipulab.poplar import program as prog
+from ipulab.target import Target
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "vipu.sqlite"
+
+
+@pytest.fixture
+def ctl(db):
+    """A Pod16 granted to everyone, acting for alice."""
+    c = vipu.connect(db, user="alice")
+    c.init("pod16")
+    return c
+
+
+@pytest.fixture
+def split(db):
+    """A Pod16 of two allocations: machines 0-1 for alice, 2-3 for everyone."""
+    c = vipu.connect(db, user="alice")
+    c.init("pod16", allocations={"a": (0, 2, "alice"), "b": (2, 2, None)})
+    return c
+
+
+def ipus_in_use(ctl):
+    return sorted(i for p in ctl.list_partitions() for i in p.ipus)
+
+
+# --- allocations -----------------------------------------------------------------------------------
+def test_init_without_allocations_grants_the_whole_pod_to_everyone(ctl, db):
+    (a,) = vipu.connect(db, user="zoe").list_allocations()
+    assert (a.name, a.user, a.num_ipus, a.free) == ("all", None, 16, tuple(range(16)))
+    assert ctl.system.name == "pod16"
+
+
+def test_allocations_from_specs_and_pod64(db):
+    c = vipu.connect(db, user="alice")
+    allocs = c.init("pod64", allocations=["big=0-7", "mine=8:alice", "rest=9-15:bob"])
+    assert [(a.name, a.first_ipu, a.num_ipus, a.user) for a in allocs] == [
+        ("big", 0, 32, None), ("mine", 32, 4, "alice"), ("rest", 36, 28, "bob")]
+    assert [a.name for a in c.list_allocations()] == ["big", "mine"]   # rest is bob's
+
+
+@pytest.mark.parametrize("allocations, words", [
+    (["a=0-1", "b=1-2"], "one allocation"),        # machine 1 twice
+    (["a=0-4"], "machines 0 to 3"),                # a Pod16 has machines 0-3
+    (["a=2-1"], "empty"),
+    (["a"], "NAME=MACHINES"),
+    (["a=0:bad user"], "user name"),
+])
+def test_bad_allocations_are_refused(db, allocations, words):
+    with pytest.raises(errors.AllocationError, match=words):
+        vipu.connect(db, user="alice").init("pod16", allocations=allocations)
+
+
+def test_unknown_system(db):
+    with pytest.raises(errors.StateError, match="unknown Pod 'pod12'"):
+        vipu.connect(db, user="alice").init("pod12")
+
+
+# --- the partition rules ----------------------------------------------------------------------------
+def test_partitions_are_aligned_blocks_in_the_order_asked(ctl):
+    sizes = [1, 2, 4, 8, 1]
+    parts = [ctl.create_partition(f"p{i}", n) for i, n in enumerate(sizes)]
+    assert [p.ipus for p in parts] == [(0,), (2, 3), (4, 5, 6, 7), tuple(range(8, 16)), (1,)]
+    assert ipus_in_use(ctl) == list(range(16))
+
+
+@pytest.mark.parametrize("size", [0, 3, 12, -4, 2.0, True, "4"])
+def test_size_must_be_a_power_of_two(ctl, size):
+    with pytest.raises(errors.PartitionSizeError, match="power of two"):
+        ctl.create_partition("p", size)
+    assert ctl.list_partitions() == []
+
+
+def test_size_larger_than_the_pod(ctl):
+    with pytest.raises(errors.PartitionSizeError, match="larger than the pod16's 16 IPUs"):
+        ctl.create_partition("p", 32)
+
+
+def test_a_partition_cannot_span_allocations(split):
+    with pytest.raises(errors.AllocationError, match=r"cannot span allocations.*has 8"):
+        split.create_partition("p", 16)
+
+
+def test_a_partition_needs_free_ipus_and_says_which_are_free(split):
+    split.create_partition("p1", 4, allocation="a")
+    split.create_partition("p2", 2, allocation="a")
+    with pytest.raises(errors.NoFreeIpusError, match=r"free: a: IPUs 6-7$"):
+        split.create_partition("p3", 4, allocation="a")
+    assert split.create_partition("p3", 4).allocation == "b"   # the next allocation
+
+
+def test_unknown_or_foreign_allocation(split, db):
+    with pytest.raises(errors.AllocationError, match="no allocation 'zz'"):
+        split.create_partition("p", 4, allocation="zz")
+    with pytest.raises(errors.AllocationError, match="no allocation 'a' granted to user 'bob'"):
+        vipu.connect(db, user="bob").create_partition("p", 4, allocation="a")
+
+
+def test_names_are_unique_and_well_formed(ctl, db):
+    ctl.create_partition("p", 2)
+    with pytest.raises(errors.PartitionNameError, match="unique"):
+        vipu.connect(db, user="bob").create_partition("p", 2)
+    for bad in ("", "a b", "-x", "x" * 65, None):
+        with pytest.raises(errors.PartitionNameError):
+            ctl.create_partition(bad, 2)
+
+
+def test_reconfigurable_needs_c2_compatible_sync(ctl):
+    assert ctl.create_partition("r", 2, reconfigurable=True).sync_type == "c2-compatible"
+    with pytest.raises(errors.SyncTypeError, match="needs the c2-compatible"):
+        ctl.create_partition("s", 2, reconfigurable=True, sync_type="pod-native-default")
+    with pytest.raises(errors.SyncTypeError, match="unknown sync type"):
+        ctl.create_partition("s", 2, sync_type="fast")
+    assert ctl.create_partition("s", 2).sync_type == "pod-native-default"
+
+
+def test_gcds_split_the_partition(ctl):
+    p = ctl.create_partition("g", 8, gcds=2)
+    assert (p.gcd_ipus(0), p.gcd_ipus(1)) == ((0, 1, 2, 3), (4, 5, 6, 7))
+    for bad in (3, 16, 0):
+        with pytest.raises(errors.PartitionSizeError, match="GCDs"):
+            ctl.create_partition("h", 8, gcds=bad)
+
+
+# --- visibility, owners, removal -----------------------------------------------------------------
+def test_visible_only_to_its_creator_unless_shared(ctl, db):
+    bob = vipu.connect(db, user="bob")
+    ctl.create_partition("mine", 4)
+    assert bob.list_partitions() == []
+    with pytest.raises(errors.UnknownPartitionError, match="visible only to its creator"):
+        bob.partition("mine")
+    ctl.share("mine", "bob")
+    assert [p.name for p in bob.list_partitions()] == ["mine"]
+    assert vipu.connect(db, user="carol").list_partitions() == []
+    ctl.share("mine")                                          # everyone
+    assert vipu.connect(db, user="carol").partition("mine").shared == ("*", "bob")
+
+
+def test_only_the_creator_removes_or_shares(ctl, db):
+    ctl.create_partition("mine", 4)
+    ctl.share("mine", "bob")
+    bob = vipu.connect(db, user="bob")
+    with pytest.raises(errors.PartitionOwnerError, match="only its creator 'alice'"):
+        bob.remove_partition("mine")
+    with pytest.raises(errors.PartitionOwnerError):
+        bob.share("mine", "carol")
+    assert [p.name for p in ctl.list_partitions()] == ["mine"]
+
+
+def test_remove_frees_the_ipus_and_unknown_names_are_refused(ctl):
+    ctl.create_partition("p", 16)
+    with pytest.raises(errors.NoFreeIpusError):
+        ctl.create_partition("q", 1)
+    assert ctl.remove_partition("p").ipus == tuple(range(16))
+    assert ctl.list_partitions() == [] and ctl.list_allocations()[0].free == tuple(range(16))
+    with pytest.raises(errors.UnknownPartitionError, match="no partition 'p'"):
+        ctl.remove_partition("p")
+
+
+def test_a_new_partition_of_the_same_name_is_another_lease(ctl):
+    a = ctl.create_partition("p", 4)
+    ctl.remove_partition("p")
+    b = ctl.create_partition("p", 4)
+    assert a.ipus == b.ipus and a.lease != b.lease
+    assert not ctl.alive(a.lease) and ctl.alive(b.lease)
+
+
+def test_summary_and_dict(ctl):
+    p = ctl.create_partition("p", 2)
+    assert p.summary() == {"name": "p", "size": 2, "ipus": [0, 1], "user": "alice",
+                           "allocation": "all"}
+    assert p.to_dict()["machines"] == [0] and p.to_dict()["sync_type"] == "pod-native-default"
+
+
+# --- a partition is a device ----------------------------------------------------------------------
+def copy_job(device, values):
+    """A small program over every IPU of a device: each IPU's block goes to the next IPU
+    (IPU-Link traffic), then an all-IPU sync. Returns (engine, output)."""
+    t = device.target
+    g = poplar.Graph(t)
+    n = t.num_ipus * 8
+    a = g.add_variable(poplar.FLOAT, [n], "a")
+    b = g.add_variable(poplar.FLOAT, [n], "b")
+    poputil.map_tensor_linearly(g, a)
+    for i in range(t.num_ipus):                     # b's block i lives on the next IPU
+        g.set_tile_mapping(b[i * 8:(i + 1) * 8], ((i + 1) % t.num_ipus) * t.tiles_per_ipu)
+    g.create_host_write("a", a)
+    g.create_host_read("b", b)
+    seq = prog.Sequence([prog.Copy(a, b), prog.Sync(poplar.SyncType.EXTERNAL)])
+    e = poplar.Engine(g, seq)
+    e.load(device)
+    e.write_tensor("a", np.asarray(values, np.float32)[:n])
+    e.run()
+    return e, e.read_tensor("b")
+
+
+def test_a_partition_device_is_exactly_its_ipus(ctl):
+    ctl.create_partition("first", 8)
+    p = ctl.create_partition("second", 8)
+    dev = p.device(tiles_per_ipu=4)
+    t = dev.target
+    assert (t.num_ipus, t.tiles_per_ipu, t.partition) == (8, 4, f"second#{p.lease}")
+    assert t.system.ipus == tuple(range(8, 16))
+    pod = vipu.pod_system("pod16")
+    for a, b in [(0, 4), (1, 7), (0, 1)]:          # routes are the Pod's between the IPUs
+        assert t.system.route(a, b) == pod.route(8 + a, 8 + b)
+    # the sync domain is the partition's 8 IPUs, not the Pod's 16
+    assert t.sync_cycles("external") == Target(arch.bow, 8, 4).sync_cycles("external")
+    assert t.sync_cycles("external") < devices.pod16(4).target.sync_cycles("external")
+
+
+def test_an_engine_runs_on_a_partition_as_on_the_same_ipus_of_the_pod(ctl):
+    ctl.create_partition("first", 8)
+    p = ctl.create_partition("second", 8)
+    values = np.arange(64, dtype=np.float32)
+    e, out = copy_job(p.device(tiles_per_ipu=4), values)
+    assert np.array_equal(out, values)
+    src, dst, nbytes = e.profile().exchange_traffic()
+    ipus = np.asarray(p.ipus)
+    assert nbytes.sum() > 0
+    assert set(ipus[src // 4]) | set(ipus[dst // 4]) <= set(p.ipus)   # never leaves it
+    # the same copy on a plain 8-IPU ladder (the same links) costs the same link cycles
+    e2, _ = copy_job(devices.Device(Target(arch.bow, 8, 4)), values)
+    assert e.profile().inter_ipu_exchange_cycles.max() == \
+        e2.profile().inter_ipu_exchange_cycles.max()
+
+
+def test_ipuof_and_session_configs_list_only_the_partitions_devices(ctl):
+    ctl.create_partition("first", 4)
+    p = ctl.create_partition("p", 4, gcds=2)
+    cfg = p.ipuof_config()
+    assert cfg["attributes"]["partition_id"] == "p" and cfg["attributes"]["num_gcds"] == 2
+    assert [d["ipus"] for d in cfg["devices"]] == [[4], [5], [6], [7], [4, 5], [6, 7]]
+    s = p.session_config([0, 4])
+    assert [d["id"] for d in s["devices"]] == [0, 4]
+    with pytest.raises(errors.PartitionError, match="devices"):
+        p.session_config([9])
+
+
+def test_gcds_are_independent_poplar_instances(ctl):
+    p = ctl.create_partition("p", 4, gcds=2)
+    d0, d1 = p.devices(tiles_per_ipu=4)
+    assert d0.target.system.ipus == (0, 1) and d1.target.system.ipus == (2, 3)
+    with pytest.raises(errors.PartitionError, match="2 GCDs"):
+        p.device()
+    e, _ = copy_job(d0, np.ones(16))
+    with pytest.raises(errors.PartitionError, match="isolated"):
+        e.load(d1)
