@@ -234,3 +234,98 @@ def test_all_reduce_from_a_virtual_graph(bow4):
     e.run()
     np.testing.assert_array_equal(e.read_tensor("out"), np.broadcast_to(x.max(0), (2, 6)))
     assert e.profile().inter_ipu_exchange_cycles[[5, 13]].min() > 0
+
+
+# --- reduce-scatter and all-gather ------------------------------------------------------------
+def run_collective(dev, r, x, dtype, collective):
+    """collective(g, t, seq) over x (shape (r, *shape)) on r replicas: (out per replica, e)."""
+    g = poplar.Graph(dev, replication_factor=r)
+    t = g.add_variable(dtype, x.shape[1:], "t")
+    poputil.map_tensor_linearly(g, t, grain_size=1, min_elements_per_tile=1)
+    seq = prog.Sequence()
+    out = collective(g, t, seq)
+    g.create_host_write("t", t)
+    g.create_host_read("out", out)
+    e = poplar.Engine(g, seq)
+    e.load(dev)
+    e.write_tensor("t", x if r > 1 else x[0])
+    e.run()
+    return e.read_tensor("out").reshape(r, -1), e
+
+
+def test_reduce_scatter_pads_as_popart(bow4):
+    """30 elements over 4 replicas: 8 per shard, replica i holds chunk i of the sum, the last
+    two elements of the last shard are the zero padding."""
+    assert gcl.shard_size(30, 4) == 8 and gcl.shard_size(32, 4) == 8 and gcl.shard_size(1, 4) == 1
+    x = np.arange(4 * 30, dtype=np.int32).reshape(4, 30) - 50
+    got, e = run_collective(bow4, 4, x, poplar.INT,
+                            lambda g, t, seq: gcl.reduce_scatter(g, t, "add", seq, "rs"))
+    want = np.concatenate([x.sum(axis=0), [0, 0]]).reshape(4, 8)
+    np.testing.assert_array_equal(got, want)
+    steps = [s for s in e.profile().steps if s.kind == "cross_replica_copy"]
+    assert len(steps) == 3 and e.profile().phase_totals()["inter_ipu_exchange"] > 0
+    assert gcl.reduce_scatter_cross_replica is gcl.reduce_scatter
+
+
+@pytest.mark.parametrize("r", [2, 4])
+def test_reduce_scatter_floats_in_ring_order(bow4, r):
+    """Chunk c is reduced from replica c+1 round to replica c, which keeps it."""
+    rng = np.random.default_rng(20 + r)
+    x = (rng.standard_normal((r, 4 * r)) * 10 ** rng.uniform(-3, 3, (r, 4 * r))).astype(np.float32)
+    got, _ = run_collective(bow4, r, x, poplar.FLOAT,
+                            lambda g, t, seq: gcl.reduce_scatter(g, t, "add", seq))
+    for c in range(r):
+        acc = x[(c + 1) % r, 4 * c:4 * c + 4].copy()
+        for k in range(2, r + 1):
+            acc = (acc + x[(c + k) % r, 4 * c:4 * c + 4]).astype(np.float32)
+        assert bits(got[c]).tolist() == bits(acc).tolist()
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_all_gather_gives_every_replica_every_row(bow4, r):
+    x = (np.arange(r * 6, dtype=np.float16).reshape(r, 2, 3) / 3)
+    got, e = run_collective(bow4, r, x, poplar.HALF,
+                            lambda g, t, seq: gcl.all_gather(g, t, seq, "ag"))
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.broadcast_to(x.reshape(1, -1), (r, r * 6)))
+    steps = [s for s in e.profile().steps if s.kind == "cross_replica_copy"]
+    assert len(steps) == r - 1
+
+
+def test_reduce_scatter_then_all_gather_is_an_all_reduce(bow4):
+    x = np.arange(4 * 13, dtype=np.int32).reshape(4, 13) % 7
+
+    def both(g, t, seq):
+        mine = gcl.reduce_scatter(g, t, "max", seq)
+        every = gcl.all_gather(g, mine, seq)
+        assert every.shape == (4, 4)
+        return every.flatten().slice(0, 13)
+
+    got, _ = run_collective(bow4, 4, x, poplar.INT, both)
+    np.testing.assert_array_equal(got, np.broadcast_to(x.max(axis=0), got.shape))
+
+
+def test_all_gather_to_destination_and_errors(bow4):
+    g = poplar.Graph(bow4, replication_factor=2)
+    t = g.add_variable(poplar.FLOAT, [3], "t")
+    dest = g.add_variable(poplar.FLOAT, [6], "dest")
+    g.set_tile_mapping(t, 0)
+    g.set_tile_mapping(dest, 3)
+    seq = prog.Sequence()
+    gcl.all_gather_to_destination(g, t, dest, seq, "into")
+    g.create_host_write("t", t)
+    g.create_host_read("dest", dest)
+    e = poplar.Engine(g, seq)
+    e.load(bow4)
+    e.write_tensor("t", np.array([[1, 2, 3], [4, 5, 6]], np.float32))
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("dest"), [[1, 2, 3, 4, 5, 6]] * 2)
+    with pytest.raises(GraphError, match=r"destination 'dest' must hold 2 x 2 FLOAT elements, not 6"):
+        gcl.all_gather_to_destination(g, t[:2], dest, seq)
+    with pytest.raises(GraphError, match="no elements"):
+        gcl.reduce_scatter(g, t[:0], "add", seq)
+    with pytest.raises(GraphError, match="not a cross-replica operation"):
+        gcl.reduce_scatter(g, t, "square_add", seq)
+    u = g.add_variable(poplar.FLOAT, [2], "unmapped")
+    with pytest.raises(GraphError, match="elements on no tile"):
+        gcl.all_gather(g, u, seq)
