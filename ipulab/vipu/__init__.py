@@ -10,9 +10,11 @@ IPU-Links, isolated from each other) in one SQLite file; a partition is a device
 from .controller import SYNC_TYPES, Controller, connect, default_user, pod_system, spans
 from .partition import EVERYONE, Allocation, Partition, PartitionDevice, PartitionSystem
 from .state import SCHEMA_VERSION, Store, default_path
+from .hosts import HostPool, input_plan
 from .scheduler import POLICIES, Job, Schedule, Scheduler, generate_jobs, load_trace
 
 __all__ = ["Controller", "connect", "default_user", "pod_system", "spans", "SYNC_TYPES",
            "EVERYONE", "Allocation", "Partition", "PartitionDevice", "PartitionSystem",
            "SCHEMA_VERSION", "Store", "default_path",
-           "Scheduler", "Schedule", "Job", "POLICIES", "generate_jobs", "load_trace"]
+           "Scheduler", "Schedule", "Job", "POLICIES", "generate_jobs", "load_trace",
+           "HostPool", "input_plan"]
