@@ -3,12 +3,16 @@
 Each takes an Engine that has run (or a Profile) and shows its most recent run:
 TileExplorer (one tile's memory, vertices and exchange partners), BSPPlayer (step through the
 supersteps), GraphInspector (compute sets -> vertices -> tensors -> tiles) and ProfileDashboard
-(all of them in tabs). TrainingDashboard(trainer) trains live.
+(all of them in tabs). TrainingDashboard(trainer) trains live. For a shared Pod (ipulab.vipu):
+PodAdmin(controllers) creates and removes partitions on a picture of the Pod's IPUs, and
+ScheduleExplorer(jobs) shows a day of jobs under a chosen scheduling policy.
 """
 from .bsp_player import BSPPlayer
 from .dashboard import ProfileDashboard
 from .graph_inspector import GraphInspector
 from .tile_explorer import TileExplorer
 from .training import TrainingDashboard
+from .vipu import PodAdmin, ScheduleExplorer
 
-__all__ = ["TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard", "TrainingDashboard"]
+__all__ = ["TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard", "TrainingDashboard",
+           "PodAdmin", "ScheduleExplorer"]
