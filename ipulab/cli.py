@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ipulab.devices import ALIASES, SYSTEM_NAMES
+from ipulab.plan import command as plan_command
 
 
 def _version() -> str:
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the workspace (default: $IPULAB_WORKSPACE, else ~/ipulab-course)")
     lab.add_argument("--port", type=int, default=None, help="port for the Jupyter server")
     _train_parser(sub)
+    plan_command.add_parser(sub)
     course = sub.add_parser("course", help="coursework: build exercises, grade notebooks, doctor")
     csub = course.add_subparsers(dest="course_command", metavar="ACTION")
     build = csub.add_parser("build", help="write exercises/ from solutions/ (nbgrader markers)")
@@ -207,12 +209,29 @@ def main(argv: list[str] | None = None) -> int:
         return lab_main(args)
     if args.command == "train":
         return train_command(args)
+    if args.command == "plan":
+        return plan_main(args)
     if args.command == "course":
         return course_main(args, parser)
     if args.command == "cache":
         return cache_command(args.action)
     parser.print_help()
     return 0
+
+
+def plan_main(args) -> int:
+    """`ipulab plan` (ipulab.plan.command) with what only the top floor has: the course CNN
+    (built with nn) as --model cnn, and the report's figures (viz)."""
+    def cnn():
+        from ipulab import nn, plan
+        return plan.spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
+
+    def report(doc, path):
+        from ipulab import viz
+        from ipulab.viz.planner import planner_report
+        viz.save_html(planner_report(doc), path, f"ipulab plan: {doc['model']}")
+
+    return plan_command.run(args, {"cnn": cnn}, report)
 
 
 # --- ipulab train ------------------------------------------------------------------------------

@@ -107,3 +107,9 @@ class PartitionError(VipuError, GraphError):
     """Isolation: a program or device of one partition touched another partition's IPUs,
     streams or buffers, or ran on a partition that has been removed."""
 
+
+
+class PlanError(IpuLabError):
+    """A planner input that cannot be (ipulab.plan): a mapping whose t·p·r is not the system's
+    IPUs or whose sizes are not powers of two, gradient accumulation below the pipeline rule,
+    more phases than layers, a model spec with inconsistent dimensions; names the rule."""

@@ -1,0 +1,123 @@
+"""`ipulab plan`: map a model onto a system, or search every mapping, from the shell.
+
+    ipulab plan --model bert-large --system pod16 --global-batch 65536 --optimizer lamb
+    ipulab plan --model bert-large --system pod16 --optimizer lamb \\
+                --mapping "p=4,layers=3/7/7/7,r=4,state=off-chip" --json
+    ipulab plan --model gpt3-175b --system pod256 --mapping "t=8x8,r=4,rts,phases=96"
+
+The cli (top floor) hands in what this floor cannot make: extra models (the course CNN, built
+with nn) and the report's figures (viz). Exit 0 with a table or JSON; 2 with one line on stderr
+for input that cannot be (PlanError: t·p·r, powers of two, GA, phases, model dimensions).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import PlanError
+from .estimate import MB, estimate, system_of
+from .mapping import OPTIMIZERS, PRECISIONS, parse_mapping
+from .search import search
+from .spec import PRESETS, from_dims
+
+MODELS = tuple(PRESETS) + ("cnn",)
+
+
+def add_parser(subparsers):
+    """The `plan` subcommand's arguments."""
+    p = subparsers.add_parser(
+        "plan", help="map a model onto a Pod (t·p·r, RTS, phases): memory, time, samples/s",
+        description="Estimate a mapping of a model onto an IPU system, or (without --mapping) "
+        "search every mapping: t·p·r = the system's IPUs, powers of two. Feasible mappings "
+        "first, fastest first; the others with the reason they do not fit.")
+    p.add_argument("--model", required=True, metavar="MODEL",
+                   help=f"{', '.join(MODELS)}, or a JSON file of transformer dimensions")
+    p.add_argument("--system", default="pod16", metavar="SYSTEM",
+                   help="pod16, pod64, pod128, pod256, bow2000 or ipu (default pod16)")
+    p.add_argument("--global-batch", type=int, default=None, metavar="N",
+                   help="samples per optimizer step (default: the model's published one)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="default: lamb for a transformer, sgd for the CNN")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp16")
+    p.add_argument("--mapping", default=None, metavar="K=V,...",
+                   help="e.g. 'p=4,layers=3/7/7/7,r=4,state=off-chip' or "
+                   "'t=8x8,r=4,rts,phases=96' (keys: t p layers r rts phases state micro ga)")
+    p.add_argument("--json", action="store_true", help="print the estimates as JSON")
+    p.add_argument("--report", default=None, metavar="HTML",
+                   help="also write an HTML report (bokeh, opens offline)")
+    return p
+
+
+def load_model(name: str, models: dict | None = None):
+    """A ModelSpec: a preset, one of `models` (name -> function making a spec) or a JSON
+    file of transformer dimensions."""
+    models = models or {}
+    if name in PRESETS:
+        return PRESETS[name]()
+    if name in models:
+        return models[name]()
+    path = Path(name)
+    if not path.is_file():
+        raise PlanError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}, or give "
+                        "a JSON file of transformer dimensions")
+    try:
+        dims = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PlanError(f"model file {name}: not JSON ({e})") from None
+    return from_dims({"name": path.stem, **dims} if isinstance(dims, dict) else dims)
+
+
+def plan(args, models: dict | None = None) -> tuple[dict, list]:
+    """The JSON document of a `plan` run and its estimates (PlanError on bad input)."""
+    spec = load_model(args.model, models)
+    system = system_of(args.system)
+    optimizer = args.optimizer or ("lamb" if spec.kind == "transformer" else "sgd")
+    options = dict(optimizer=optimizer, precision=args.precision)
+    if args.global_batch is not None and args.global_batch < 1:
+        raise PlanError(f"--global-batch must be at least 1, not {args.global_batch}")
+    if args.mapping is not None:
+        found = [estimate(spec, system, parse_mapping(args.mapping, **options),
+                          args.global_batch)]
+    else:
+        found = search(spec, system, args.global_batch, **options)
+    doc = {"model": spec.name, "system": system.name, "parameters": spec.parameters,
+           "optimizer": optimizer, "precision": args.precision,
+           "sram_bytes_per_ipu": found[0].sram_bytes,
+           "mappings": [e.to_dict() for e in found]}
+    return doc, found
+
+
+def table(found) -> str:
+    """The estimates as a text table: mapping, fits, peak MiB per IPU, samples/s, reason."""
+    rows = [(e.mapping.label(), "yes" if e.fits else "no",
+             f"{e.peak_bytes_per_ipu / MB:,.0f}" if e.memory else "-",
+             f"{e.samples_per_second:,.1f}", e.reason) for e in found]
+    head = ("mapping", "fits", "MiB/IPU", "samples/s", "why")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
+    line = (lambda r: "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
+                                 r[2].rjust(widths[2]), r[3].rjust(widths[3]), r[4]]))
+    return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("---",))]
+                     + [line(r) for r in rows])
+
+
+def run(args, models: dict | None = None, report=None) -> int:
+    """Run `ipulab plan`: print the table (or JSON), write the report with report(doc, path)
+    when --report is given. Returns the exit code."""
+    try:
+        doc, found = plan(args, models)
+    except PlanError as e:
+        print(f"ipulab plan: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        print(f"{doc['model']} ({doc['parameters']:,} parameters) on {doc['system']}, "
+              f"{doc['optimizer']}, {doc['precision']}: "
+              f"{sum(e.fits for e in found)} of {len(found)} mappings fit")
+        print(table(found))
+    if args.report and report is not None:
+        report(doc, args.report)
+        if not args.json:
+            print(f"report: {args.report}")
+    return 0

@@ -1,0 +1,108 @@
+"""plan.estimate(spec, system, mapping): does it fit, and how fast does it train?
+
+    e = plan.estimate(plan.bert_large(), "pod16",
+                      plan.parse_mapping("p=4,layers=3/7/7/7,r=4,state=off-chip",
+                                         optimizer="lamb"))
+    e.fits, e.reason, e.peak_bytes_per_ipu, e.samples_per_second, e.memory[1], e.times
+
+Memory per IPU by kind comes from memory.py (against the IPU's In-Processor Memory and its
+share of Streaming Memory), step time by part from timing.py; samples/s = global batch / step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import arch
+from ..errors import PlanError
+from .mapping import Mapping, is_power_of_two
+from .memory import sram_bytes, stage_memory, streaming_bytes_per_ipu
+from .timing import step_times
+
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the planner says of one mapping: memory per IPU of every stage by kind, the peak,
+    whether it fits and why, step time by part, samples/s."""
+
+    model: str
+    system: str
+    parameters: int
+    mapping: Mapping
+    memory: list
+    peak_bytes_per_ipu: int
+    peak_stage: int
+    sram_bytes: int
+    streaming_bytes_per_ipu: int
+    streaming_capacity: float
+    fits: bool
+    reason: str
+    times: dict
+    step_seconds: float
+    global_batch: int
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.global_batch / self.step_seconds if self.step_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """The JSON record of `ipulab plan --json`."""
+        m = self.mapping
+        return {"tensor_parallel": list(m.tensor_parallel), "pipeline": m.pipeline,
+                "replicas": m.replicas, "rts": m.rts, "phases": m.phases,
+                "optimizer_state": m.optimizer_state,
+                "layers_per_stage": list(m.layers_per_stage or []), "micro_batch": m.micro,
+                "gradient_accumulation": m.ga, "fits": self.fits, "reason": self.reason,
+                "samples_per_second": self.samples_per_second,
+                "peak_bytes_per_ipu": int(self.peak_bytes_per_ipu),
+                "step_seconds": self.step_seconds, "times": dict(self.times),
+                "memory_per_ipu": [dict(s["kinds"]) for s in self.memory]}
+
+
+def system_of(system) -> arch.System:
+    """An arch.System from itself or its name (pod16, pod64, pod128, pod256, bow2000, ipu)."""
+    if isinstance(system, arch.System):
+        return system
+    name = {"ipu": "bow"}.get(str(system), str(system))
+    if name.startswith("pod") and name[3:].isdigit() and name not in arch.SYSTEMS:
+        n = int(name[3:])
+        if not is_power_of_two(n) or n < 16:
+            raise PlanError(f"system {name}: a Pod's size is a power of two, 16 or more "
+                            f"(pod16, pod32, pod64, ...), not {n}")
+        return arch.pod(n)
+    if name not in arch.SYSTEMS:
+        raise PlanError(f"unknown system {system!r}; choose one of pod16, pod64, pod128, "
+                        "pod256, bow2000, ipu")
+    return arch.SYSTEMS[name]
+
+
+def _verdict(memory, peak, sram, stream, capacity) -> tuple[bool, str]:
+    s = max(range(len(memory)), key=lambda i: memory[i]["total"])
+    if peak > sram:
+        kinds = memory[s]["kinds"]
+        top = ", ".join(f"{k.replace('_', ' ')} {v / MB:,.0f}" for k, v in
+                        sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
+        return False, (f"needs {peak / MB:,.0f} MiB per IPU on stage {s} ({top} MiB) > "
+                       f"{sram / MB:,.0f} MiB In-Processor Memory")
+    if stream > capacity:
+        return False, (f"needs {stream / 1e9:,.1f} GB of Streaming Memory per IPU > its "
+                       f"{capacity / 1e9:,.1f} GB share")
+    return True, f"fits: {peak / MB:,.0f} of {sram / MB:,.0f} MiB per IPU ({peak / sram:.0%})"
+
+
+def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
+    """The estimate of one mapping of spec on system (an arch.System or its name).
+    PlanError if the mapping breaks a rule (t·p·r, powers of two, GA ≥ 2p − 1, phases)."""
+    system = system_of(system)
+    m = mapping.resolve(spec, system.num_ipus, global_batch)
+    memory = [stage_memory(spec, system, m, s) for s in range(m.pipeline)]
+    peak_stage = max(range(m.pipeline), key=lambda s: memory[s]["total"])
+    peak = memory[peak_stage]["total"]
+    stream = max(x["streaming"] for x in memory)
+    sram, capacity = sram_bytes(system), streaming_bytes_per_ipu(system)
+    fits, reason = _verdict(memory, peak, sram, stream, capacity)
+    times = step_times(spec, system, m, memory)
+    return Estimate(spec.name, system.name, spec.parameters, m, memory, int(peak), peak_stage,
+                    sram, int(stream), capacity, fits, reason, times, sum(times.values()),
+                    m.micro * m.replicas * m.ga)
