@@ -101,3 +101,57 @@ def test_off_chip_without_momentum_is_allowed_and_changes_nothing():
     assert nn.TrainConfig(optimizer_state="off-chip", momentum=0.9).state_off_chip
     with pytest.raises(ConfigError, match="optimizer_state must be one of on-chip, off-chip"):
         nn.TrainConfig(optimizer_state="host")
+
+
+# --- replicated tensor sharding -------------------------------------------------------------
+def mlp(width=64):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, 10))
+
+
+@pytest.mark.parametrize("state", ["on-chip", "off-chip"])
+def test_rts_matches_the_reference(digits, bow2000, state):
+    """4 replicas, 690 weights in shards of 173 (the last padded by 2): the reference's
+    training; the gradients reduce-scattered and the weights all-gathered over the links."""
+    tr = nn.Trainer(small_cnn(), bow2000, replicas=4, batch_size=4, lr=0.1, momentum=0.9,
+                    seed=1, rts=True, optimizer_state=state)
+    check_against_reference(tr, digits, 0.1, 0.9)
+    shards = tr.engine.read_tensor("read/weights/shard")
+    assert tr.model.num_parameters() == 690 and shards.shape == (4, 173)
+    assert not shards[3, -2:].any()                     # the padding stays zero
+    prof = tr.profile()
+    names = {r.name.split("/")[0] for r in prof.steps if r.kind == "cross_replica_copy"}
+    assert names == {"weights", "grads"}               # all-gather, reduce-scatter; no all-reduce
+    if state == "off-chip":
+        assert tr.engine.read_remote_buffer("sgd/velocity").shape == (4, 1, 173)
+        assert prof.streaming_bytes == 2 * 4 * 4 * 173
+    else:
+        assert tr.optimizer.velocity.shape == (173,)   # the state is sharded too
+
+
+def test_rts_stores_a_quarter_of_the_weights_and_state(digits, bow2000):
+    """The same run without RTS keeps every weight and velocity on every replica: RTS's
+    always-live memory is much smaller, its weights the same bits' worth of training."""
+    live = {}
+    for rts in (False, True):
+        tr = nn.Trainer(mlp(), bow2000, replicas=4, batch_size=4, lr=0.1, momentum=0.9,
+                        seed=1, rts=rts)
+        tr.fit(*(a[:64] for a in digits), shuffle=False)
+        live[rts] = tr.profile().liveness()["always_live"][0]
+    assert live[True] < 0.6 * live[False]
+
+
+def test_rts_with_a_pipeline(digits, bow2000):
+    """2 stages x 2 replicas with sharded weights (r x p = 4 IPUs)."""
+    tr = nn.Trainer(small_cnn(), bow2000, replicas=2, batch_size=4, lr=0.1, momentum=0.9,
+                    seed=2, rts=True, pipeline=[3], micro_batches=2)
+    check_against_reference(tr, digits, 0.1, 0.9)
+
+
+def test_rts_needs_replicas(bow2000):
+    with pytest.raises(ConfigError, match="rts shards the weights across replicas: it needs "
+                                          "replicas > 1"):
+        nn.TrainConfig(rts=True)
+    with pytest.raises(ConfigError, match="rts"):
+        nn.Trainer(small_cnn(), ipulab.devices.ipu("bow", tiles_per_ipu=8), replicas=None,
+                   rts=True)
+    assert nn.TrainConfig(rts=True, replicas=None).resolve(bow2000.target).replicas == 4

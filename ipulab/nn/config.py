@@ -73,6 +73,10 @@ class TrainConfig:
     in Streaming Memory, a remote buffer per replica, loaded into tile memory for the update
     and stored after it. Without momentum SGD has no state: "off-chip" is then allowed and
     changes nothing (state_off_chip is False).
+    rts: replicated tensor sharding (needs replicas > 1): the master weights and the optimizer
+    state stored as one shard per replica (padded: n elements -> ceil(n / replicas) each);
+    the weights are all-gathered before use and the gradients reduce-scattered instead of
+    all-reduced; each replica updates its own shard (nn/sharding.py).
     """
 
     replicas: int | None = 1
@@ -90,6 +94,7 @@ class TrainConfig:
     tiles_per_ipu: int | None = None
     epochs: int = 1
     optimizer_state: str = "on-chip"
+    rts: bool = False
 
     def __post_init__(self):
         fix = (lambda name, value: object.__setattr__(self, name, value))
@@ -99,6 +104,8 @@ class TrainConfig:
         fix("seed", _int(self.seed, "seed", 0))
         fix("epochs", _int(self.epochs, "epochs"))
         fix("recompute", bool(self.recompute))
+        fix("rts", bool(self.rts))
+        self._check_rts()
         fix("lr", _number(self.lr, "lr", lambda v: 0 < v < math.inf,
                           "must be a positive number"))
         fix("momentum", _number(self.momentum, "momentum", lambda v: 0 <= v < 1,
@@ -122,6 +129,11 @@ class TrainConfig:
                               self.system)
         if self.tiles_per_ipu is not None:
             fix("tiles_per_ipu", _int(self.tiles_per_ipu, "tiles_per_ipu"))
+
+    def _check_rts(self) -> None:
+        if self.rts and self.replicas == 1:
+            raise ConfigError("rts", "shards the weights across replicas: it needs replicas > 1",
+                              "rts=True with replicas=1")
 
     def _check_micro(self) -> None:
         if self.batch_size % self.micro:
@@ -204,6 +216,7 @@ class TrainConfig:
         """GraphError unless the pipeline fits the model's layers and a replica's IPUs, and
         the batch splits into its micro-batches."""
         ipus = self.ipus_per_replica(target)
+        self.resolve(target)._check_rts()
         if isinstance(self.pipeline, int):
             if self.pipeline > min(ipus, num_layers):
                 raise GraphError(f"TrainConfig: pipeline={self.pipeline} stages needs "

@@ -6,7 +6,8 @@
   1  evaluation step: batch in, forward (Dropout off), loss, arg_max; loss, correct count and
      predictions out
 
-Host handles: write/<key> and read/<key> for every weight (state_dict keys),
+Host handles: write/<key> and read/<key> for every weight (state_dict keys; with RTS
+write/weights/shard and read/weights/shard instead, see sharding.py),
 write/sgd/velocity with momentum (the remote buffer sgd/velocity instead when the optimizer
 state is off-chip), write/dropout/seed with Dropout. FIFOs: <prefix>/x,
 <prefix>/labels, <prefix>/loss, <prefix>/correct (and eval/predictions), prefix train or eval.
@@ -22,6 +23,7 @@ from .build import all_reduce_gradients, build_backward, build_forward, flat, sp
     uses_dropout
 from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
     stage_spans
+from .sharding import ShardedWeights
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
 
@@ -51,10 +53,15 @@ class StepGraph:
             index, name = key.split(".")
             t = g.add_variable(FLOAT, list(shape), key)
             poputil.map_tensor_linearly(self.home(int(index)), t)
-            g.create_host_write(f"write/{key}", t)
-            g.create_host_read(f"read/{key}", t)
+            if not config.rts:
+                g.create_host_write(f"write/{key}", t)
+                g.create_host_read(f"read/{key}", t)
             self.params.setdefault(int(index), {})[name] = t
             self.weights[key] = t
+        self.sharded = ShardedWeights(g, self.weights) if config.rts and self.weights else None
+        self.gather = prog.Sequence(name="weights all-gather")
+        if self.sharded:
+            self.sharded.gather(self.gather)
         self.seed = None
         if uses_dropout(model):
             self.seed = g.add_variable(UNSIGNED_INT, [2], "dropout/seed")
@@ -90,6 +97,8 @@ class StepGraph:
         seq = prog.Sequence(name=name)
         seq.add(prog.Copy(ins[0], self.x))
         seq.add(prog.Copy(ins[1], self.labels))
+        if self.sharded:
+            seq.add(self.gather)
         seq.add(self.to_half)
         return seq
 
@@ -131,15 +140,19 @@ class StepGraph:
                           grads)
 
     def _update(self, step: StepResult, optimizer):
-        """All-reduce the gradients over the replicas, apply them, advance the Dropout seed."""
-        g, keys = self.g, list(self.weights)
+        """All-reduce the gradients over the replicas, apply them, advance the Dropout seed
+        (with RTS: reduce-scatter them and apply this replica's shard)."""
+        g, keys, cfg = self.g, list(self.weights), self.config
         update = prog.Sequence(name="update")
         if keys:
-            grad_flat = all_reduce_gradients(g, flat([step.grads[k] for k in keys]), update,
-                                             self.config.replicas)
-            optimizer.build(g, flat([self.weights[k] for k in keys]), grad_flat, update,
-                            grad_scale=1.0 / self.config.scale,
-                            off_chip=self.config.state_off_chip)
+            grads = flat([step.grads[k] for k in keys])
+            if self.sharded:
+                self.sharded.update(grads, optimizer, update, 1.0 / cfg.scale,
+                                    cfg.state_off_chip)
+            else:
+                optimizer.build(g, flat([self.weights[k] for k in keys]),
+                                all_reduce_gradients(g, grads, update, cfg.replicas), update,
+                                grad_scale=1.0 / cfg.scale, off_chip=cfg.state_off_chip)
             if optimizer.velocity is not None and optimizer.velocity_buffer is None:
                 g.create_host_write("write/sgd/velocity", optimizer.velocity)
         if self.seed is not None:      # next step, next masks

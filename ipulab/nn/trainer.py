@@ -59,7 +59,7 @@ class Trainer:
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
     micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
-    ("on-chip" or "off-chip"); or config= a TrainConfig. device: where to
+    ("on-chip" or "off-chip") and rts; or config= a TrainConfig. device: where to
     train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
     and compile now rather than at the first fit/evaluate/predict. options: Engine options
     (e.g. checked codelets).
@@ -70,14 +70,14 @@ class Trainer:
                  pipeline=None, recompute: bool = False, seed: int = 0, input_shape=None,
                  loss_scaling: float | None = None, options: dict | None = None,
                  micro_batches: int | None = None, optimizer_state: str = "on-chip",
-                 config: TrainConfig | None = None):
+                 rts: bool = False, config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         config = _config(config, dict(
             replicas=replicas, batch_size=batch_size, lr=lr, momentum=momentum,
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
             loss_scaling=loss_scaling, micro_batches=micro_batches,
-            optimizer_state=optimizer_state))
+            optimizer_state=optimizer_state, rts=rts))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
@@ -91,7 +91,7 @@ class Trainer:
         if not model.initialized:
             model.reset_parameters(self.config.seed)
         self.history = {"loss": [], "accuracy": [], "cycles": [], "images_per_second": []}
-        self.graph = self.engine = None
+        self.graph = self.engine = self.sharded = None
         self.input_shape = None
         self.step_profile = None       # the Profile of the first training step run
         if input_shape is not None:
@@ -136,7 +136,7 @@ class Trainer:
         engine = self._compile(step.g, programs)
         engine.load(self.device)
         self.graph, self.engine, self.input_shape = step.g, engine, sample_shape
-        self.classes = step.classes
+        self.classes, self.sharded = step.classes, step.sharded
         self._write_weights(self.model.state_dict())
         if step.seed is not None:
             self._write("write/dropout/seed", np.array(
@@ -187,8 +187,11 @@ class Trainer:
         return values.reshape(-1, self.replicas)
 
     def _write_weights(self, weights: dict) -> None:
-        for key, value in weights.items():
-            self._write(f"write/{key}", value)
+        if self.sharded is not None:          # RTS: replica i gets shard i
+            self.engine.write_tensor("write/weights/shard", self.sharded.to_shards(weights))
+        else:
+            for key, value in weights.items():
+                self._write(f"write/{key}", value)
         v = self.optimizer.velocity                    # a fresh start: no momentum yet
         if self.optimizer.velocity_buffer is not None:
             self.engine.write_remote_buffer(self.optimizer.velocity_buffer.name, np.zeros(
@@ -331,6 +334,8 @@ class Trainer:
         torch.nn.Sequential(...).state_dict() ("0.weight", "0.bias", ...)."""
         if self.engine is None:
             return self.model.state_dict()
+        if self.sharded is not None:
+            return self.sharded.from_shards(self.engine.read_tensor("read/weights/shard"))
         return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
 
     def set_weights(self, weights: dict) -> None:
