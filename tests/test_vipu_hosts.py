@@ -46,7 +46,9 @@ def test_enough_cores_make_it_ipu_bound_and_a_slow_link_makes_it_network_bound(t
 def test_pools_by_ratio():
     pool = HostPool.with_ratio(16, cores_per_ipu=6, cores_per_host=32)
     assert (pool.hosts, pool.cores, pool.ratio) == (3, 96, "6 cores : 1 IPU")
-    assert HostPool.with_ratio(4, 0.5).hosts == 1
+    assert HostPool.with_ratio(4, 2).hosts == 1
+    with pytest.raises(VipuError, match="12 cores is not a whole number of 8-core hosts"):
+        HostPool.with_ratio(4, 3)
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -64,10 +64,13 @@ class HostPool:
         return f"{self.cores / self.ipus:g} cores : 1 IPU"
 
     @classmethod
-    def with_ratio(cls, ipus: int, cores_per_ipu: float, cores_per_host: int = 32) -> "HostPool":
-        """The fewest hosts of cores_per_host cores that give at least cores_per_ipu per IPU."""
-        hosts = max(1, math.ceil(ipus * cores_per_ipu / cores_per_host))
-        return cls(hosts, cores_per_host, ipus)
+    def with_ratio(cls, ipus: int, cores_per_ipu: int, cores_per_host: int = 8) -> "HostPool":
+        """Hosts (e.g. VMs) of cores_per_host cores giving exactly cores_per_ipu cores per IPU."""
+        total = ipus * cores_per_ipu
+        if total % cores_per_host:
+            raise VipuError(f"HostPool: {ipus} IPUs x {cores_per_ipu} cores per IPU = {total} "
+                            f"cores is not a whole number of {cores_per_host}-core hosts")
+        return cls(total // cores_per_host, cores_per_host, ipus)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class InputPlan:
         return math.ceil(self.samples * self.seconds_per_sample / self.ipu_seconds)
 
     def __str__(self) -> str:
-        t = {k: f"{v * 1e6:,.1f} µs" for k, v in self.times.items()}
+        t = {k: f"{v * 1e6:,.{1 if v >= 1e-6 else 3}f} µs" for k, v in self.times.items()}
         head = (f"{self.samples} samples per step on {self.pool.ipus} IPU(s), "
                 f"{self.pool.hosts} host(s) x {self.pool.cores_per_host} cores "
                 f"({self.pool.ratio}): IPU {t['IPU']}, host CPU {t['host CPU']}, RoCE "
