@@ -330,9 +330,13 @@ def _progress_printer(epochs: int):
 
 
 def _result_rows(trainer, evaluation) -> list[tuple[str, str]]:
+    """The result table: accuracy, one step's time and speed, where its cycles go (compute,
+    on-chip exchange, IPU-Link exchange, sync, host: the dashboard's breakdown), memory, bytes."""
     from ipulab.viz import fmt_bytes
+    from ipulab.viz.explain import breakdown_rows, step_breakdown
 
-    s = trainer.profile().step_summary()
+    profile = trainer.profile()
+    s = profile.step_summary()
     ips = trainer.global_batch_size / s["step_seconds"]
     return [("test accuracy", f"{evaluation.accuracy:.2%}"),
             ("test loss", f"{evaluation.loss:.4f}"),
@@ -343,7 +347,7 @@ def _result_rows(trainer, evaluation) -> list[tuple[str, str]]:
             ("peak tile memory", f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
                                  f"{fmt_bytes(s['bytes_per_tile'], 1)}"),
             ("exchange bytes per step", fmt_bytes(s["exchange_bytes"], 1)),
-            ("IPU-Link bytes per step", fmt_bytes(s["ipu_link_bytes"], 1))]
+            *breakdown_rows(step_breakdown(profile, trainer.global_batch_size))]
 
 
 def _trainer(config):

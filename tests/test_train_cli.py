@@ -52,6 +52,14 @@ def test_small_bow2000_run_prints_progress_and_table(capsys):
     assert "64 of 64" in out                       # tiles on all 4 IPUs
     link = [line for line in out.splitlines() if line.startswith("IPU-Link bytes")][0]
     assert not link.endswith(" 0 B")              # the all-reduce crosses the IPU-Links
+    # where a step's cycles go, as the dashboard's table shows them: the parts add up
+    lines = out.splitlines()
+    total = [line for line in lines if line.startswith("cycles by part")][0]
+    parts = {name: next(line for line in lines if line.startswith(f"  {name} "))
+             for name in ("compute", "on-chip exchange", "IPU-Link exchange", "sync", "host")}
+    cycles = [int(line.split()[-3].replace(",", "")) for line in parts.values()]
+    assert sum(cycles) == int(total.split()[-2].replace(",", ""))
+    assert f"({total.split()[-2]} cycles)" in out              # the simulated step time's
 
 
 def test_the_step_summary_counts_link_bytes_apart():

@@ -1,5 +1,7 @@
 """widgets.TrainingDashboard(trainer): the live training dashboard, driven from code and by
 its buttons."""
+import html
+
 import ipywidgets
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from ipulab import nn
 from ipulab.data import digits
 from ipulab.errors import DataError, TileMemoryError
 from ipulab.viz import fmt_bytes
+from ipulab.viz.explain import PARTS, breakdown_rows, explain, step_breakdown
 from ipulab.widgets import TrainingDashboard
 
 
@@ -195,6 +198,16 @@ def test_start_builds_the_selected_configuration_from_the_current_weights(data):
         assert row["peak_tile_bytes"] == t.profile().memory_total.max()
         assert fmt_bytes(row["peak_tile_bytes"], 1) in dash.table.value
     assert dash.table.value.index("▶") > dash.table.value.index("4 replicas x batch 16")
+    # where the cycles go, per configuration, and why the second differs from the first
+    for t in (old, new):
+        row = dash.configs[t.config]
+        phases = t.profile().phase_totals()
+        assert [row[p] for p in PARTS] == [phases[p] for p in PARTS]
+        assert sum(row[p] for p in PARTS) == row["step_cycles"]
+        assert fmt_bytes(row["ipu_link_bytes"], 1) in dash.table.value
+    (sentence,) = dash.why()
+    assert sentence.startswith("2×8 fp16 is ") and "per image than 4×16 fp32" in sentence
+    assert html.escape(sentence) in dash.table.value
     assert "2 replicas x batch 8, fp16" in dash.profile.value
     # Start again without changing anything: the same trainer trains on
     stop_after(dash, 3)
@@ -256,3 +269,88 @@ def test_a_pipelined_trainers_controls_leave_an_ipu_per_stage():
     dash.fit(0)                                    # build the selected configuration only
     assert dash.trainer is not tr and dash.trainer.replicas == 2
     assert dash.trainer.pipeline == [3] and dash.trainer.micro_batches == 4
+
+
+# --- why a configuration is faster or slower (viz.explain, from the profiles) ---------------
+@pytest.fixture(scope="module")
+def breakdowns():
+    """One step's breakdown of five configurations of the course's CNN on a Bow-2000 cut to 16
+    tiles per IPU, on the same 64 images."""
+    x, y, _, _ = digits()
+    configs = {"4×16": dict(replicas=4, batch_size=16),
+               "2×32": dict(replicas=2, batch_size=32),
+               "4×16 fp16": dict(replicas=4, batch_size=16, precision="fp16"),
+               "pipeline": dict(replicas=1, batch_size=64, pipeline=[2, 3, 6], micro_batches=4),
+               "pipeline+recompute": dict(replicas=1, batch_size=64, pipeline=[2, 3, 6],
+                                          micro_batches=4, recompute=True)}
+    out = {}
+    for name, kw in configs.items():
+        t = trainer(tiles_per_ipu=16, **kw) if kw["replicas"] > 1 else nn.Trainer(
+            nn.default_cnn(), ipulab.devices.bow2000(tiles_per_ipu=16), lr=0.1, momentum=0.9,
+            **kw)
+        t.fit(x[:64], y[:64], shuffle=False)
+        out[name] = step_breakdown(t.profile(), t.global_batch_size)
+    return out
+
+
+def test_breakdown_adds_up_to_the_step(breakdowns):
+    for b in breakdowns.values():
+        assert sum(b[p] for p in PARTS) == b["cycles"] and b["images"] == 64
+    assert breakdowns["4×16"]["ipus_per_replica"] == 1
+    assert breakdowns["2×32"]["ipus_per_replica"] == 2
+    assert breakdowns["pipeline"]["ipus_per_replica"] == 4
+    rows = dict(breakdown_rows(breakdowns["4×16"]))
+    assert rows["cycles by part"] == f"{breakdowns['4×16']['cycles']:,} cycles"
+    assert set(rows) >= {"  compute", "  on-chip exchange", "  IPU-Link exchange", "  sync",
+                         "  host", "IPU-Link bytes per step"}
+
+
+def test_a_replica_spanning_ipus_sends_its_own_tensors_over_the_links(breakdowns):
+    b0, b1 = breakdowns["4×16"], breakdowns["2×32"]
+    s = explain(b0, b1, "4×16", "2×32")
+    assert b1["link_bytes"] > 4 * b0["link_bytes"]
+    assert s.startswith("2×32 is ") and " slower per image than 4×16, mostly in IPU-Link " \
+        "exchange" in s
+    assert "each replica now spans 2 IPUs" in s and s.endswith(" per step).")
+    back = explain(b1, b0, "2×32", "4×16")
+    assert "faster" in back and "now fits on 1 IPU, so only the all-reduce crosses" in back
+
+
+def test_the_pipeline_bubble(breakdowns):
+    b0, b1 = breakdowns["4×16"], breakdowns["pipeline"]
+    s = explain(b0, b1, "4×16", "pipeline")
+    assert b1["idle"] > 0.3 > b0["idle"]
+    assert "slower per image than 4×16, mostly in compute" in s
+    assert f"IPUs now wait {b1['idle']:.0%} of the compute time" in s and "bubble" in s
+
+
+def test_recompute_costs_the_forward_pass_again(breakdowns):
+    b0, b1 = breakdowns["pipeline"], breakdowns["pipeline+recompute"]
+    s = explain(b0, b1, "pipeline", "pipeline+recompute")
+    assert b1["recompute_steps"] > 0 == b0["recompute_steps"]
+    assert "slower per image than pipeline, mostly in compute" in s
+    assert "more compute work: the forward pass runs again" in s
+
+
+def test_fp16_names_half_precision(breakdowns):
+    b0, b1 = breakdowns["4×16"], breakdowns["4×16 fp16"]
+    s = explain(b0, b1, "4×16", "4×16 fp16")
+    assert b1["half"] > 0.5 > b0["half"]
+    assert "faster per image" in s and "now in half precision" in s and "2 bytes instead of 4" in s
+
+
+def test_the_sentence_follows_the_numbers_not_the_option():
+    """The same options with other measurements give another sentence: nothing is fixed text
+    per option."""
+    base = dict(cycles=1000, compute=500, exchange=200, inter_ipu_exchange=100, sync=100,
+                host_exchange=100, images=64, link_bytes=1000, exchange_bytes=10000, replicas=4,
+                ipus_per_replica=1, idle=0.0, work=5000, half=0.0, supersteps=40,
+                recompute_steps=0)
+    same = explain(base, dict(base), "a", "b")
+    assert same == "b is about as fast per image as a (16 and 16 cycles per image)."
+    more_sync = dict(base, sync=900, cycles=1800, supersteps=90)
+    s = explain(base, more_sync, "a", "b")
+    assert s.startswith("b is 1.8× slower per image than a, mostly in sync (2 → 14 cycles")
+    assert "90 supersteps instead of 40" in s
+    fewer_bytes = dict(base, exchange=50, exchange_bytes=5000, cycles=850)
+    assert "moves 50% of the bytes between tiles" in explain(base, fewer_bytes, "a", "b")

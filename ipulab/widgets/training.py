@@ -14,7 +14,10 @@ The replicas, batch size and precision controls (training_config.py) choose the 
 of the next Start: if it differs from the trainer's, Start first builds a new trainer with it
 from the current weights (dash.trainer is always the current one). The history plots go on
 counting steps across configurations; a dashed line labelled "4×16 fp16" marks where each
-configuration started. A table compares the configurations run: images/s and peak tile memory.
+configuration started. A table compares the configurations run: images/s, a step's cycles by
+part (compute, on-chip exchange, IPU-Link exchange, sync, host), IPU-Link bytes and peak tile
+memory, and under it one sentence per configuration, measured from the profiles (viz.explain),
+says why it is faster or slower than the one run before it (dash.why()).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from ..errors import DataError
 from ..viz import fmt_bytes
 from ._common import bokeh_pane, esc, fmt_int, table
 from .training_config import ConfigControls, config_table, describe, label, rebuilt, \
-    step_figures
+    step_figures, why
 
 
 class TrainingDashboard(W.VBox):
@@ -101,6 +104,11 @@ class TrainingDashboard(W.VBox):
                                  layout=W.Layout(flex_flow="row wrap"))])
         if trainer.step_profile is not None:
             self._show_profile()
+
+    def why(self) -> list[str]:
+        """For each configuration run after the first: why its step is faster or slower per
+        image than the one before it, from the two profiles (the sentences under the table)."""
+        return why(self.configs)
 
     # --- training --------------------------------------------------------------------------
     @property

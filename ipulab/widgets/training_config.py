@@ -5,8 +5,10 @@ nn.Trainer with it (rebuilt()), starting from the current weights. Only configur
 run are offered, by nn.TrainConfig's rules: replicas that leave each replica an IPU per
 pipeline stage (TrainConfig.replica_choices), and batch sizes whose global batch fits in the
 training set and splits into the micro-batches (TrainConfig.batch_fits). Each configuration
-that has run a step gets a row in config_table(): its simulated images/s and peak tile memory,
-to compare replicating or not, fp32 or fp16.
+that has run a step gets a row in config_table(): its simulated images/s, where the cycles of
+a step go (compute, on-chip exchange, IPU-Link exchange, sync, host), the bytes over IPU-Links
+and peak tile memory, and a sentence measured from the two profiles (viz.explain) says why it
+is faster or slower than the configuration run before it.
 """
 from __future__ import annotations
 
@@ -15,9 +17,13 @@ import ipywidgets as W
 from ..nn import PRECISIONS, Trainer
 from ..viz import fmt_bytes
 from ..viz.base import plural
-from ._common import fmt_int, table
+from ..viz.explain import PARTS, explain, step_breakdown
+from ._common import esc, fmt_int, table
 
 BATCH_SIZES = (4, 8, 16, 32, 64)        # images per replica per step offered by the slider
+# the step table's short headers for viz.explain.PARTS (the full names go under the table)
+COLUMNS = {"compute": "compute", "exchange": "exchange", "inter_ipu_exchange": "IPU-Link",
+           "sync": "sync", "host_exchange": "host"}
 
 
 def describe(config) -> str:
@@ -101,20 +107,38 @@ def rebuilt(trainer, config, input_shape):
 
 
 def step_figures(trainer) -> dict:
-    """Profile.step_summary of the trainer's step profile, plus the simulated images/s."""
-    s = trainer.profile().step_summary()
-    return dict(s, images_per_second=trainer.global_batch_size / s["step_seconds"])
+    """Profile.step_summary of the trainer's step profile, the simulated images/s, and
+    viz.explain.step_breakdown's cycles by part and what explains them."""
+    p = trainer.profile()
+    s = p.step_summary()
+    return dict(s, **step_breakdown(p, trainer.global_batch_size),
+                images_per_second=trainer.global_batch_size / s["step_seconds"])
+
+
+def why(rows: dict) -> list[str]:
+    """For each configuration after the first ({TrainConfig: step_figures}, in the order
+    run): one sentence saying why it is faster or slower than the one before it."""
+    runs = list(rows.items())
+    return [explain(b0, b1, label(c0), label(c1)) for (c0, b0), (c1, b1) in zip(runs, runs[1:])]
 
 
 def config_table(rows: dict, current) -> str:
     """HTML: one row per configuration run ({TrainConfig: step_figures}), the current one
-    marked."""
+    marked: images/s, a step's cycles and where they go (PARTS, headed short to fit a
+    notebook's width), IPU-Link bytes, peak tile memory; then why each is faster or slower
+    than the one before (why())."""
     body = table(
-        ["", "configuration", "images/s", "cycles/step", "peak tile memory", "tiles used"],
+        ["", "configuration", "images/s", "cycles/step", *COLUMNS.values(), "IPU-Link bytes",
+         "peak tile"],
         [("▶" if c == current else "", describe(c), fmt_int(s["images_per_second"]),
-          fmt_int(s["step_cycles"]), f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
-                                     f"{fmt_bytes(s['bytes_per_tile'], 1)}",
-          fmt_int(s["tiles_used"]))
+          fmt_int(s["step_cycles"]), *(fmt_int(s[p]) for p in COLUMNS),
+          fmt_bytes(s["ipu_link_bytes"], 1), fmt_bytes(s["peak_tile_bytes"], 1))
          for c, s in rows.items()])
+    tile = fmt_bytes(next(iter(rows.values()))["bytes_per_tile"], 1) if rows else ""
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in why(rows))
     return (f"<div style='white-space:nowrap'><b>Configurations (one simulated step each)</b>"
-            f"{body}</div>")
+            f"{body}<div style='font-size:12px'>cycles/step = "
+            f"{' + '.join(PARTS.values())}; peak tile: the fullest tile's bytes of {tile}"
+            f"</div></div>"
+            + (f"<ul class='ipulab-why' style='white-space:normal;max-width:900px;"
+               f"margin:4px 0 0 0;padding-left:18px'>{reasons}</ul>" if reasons else ""))
