@@ -95,6 +95,24 @@ def test_checks_never_raise(capsys):
         assert out.startswith("✗") and all(f in out for f in fragments), out
 
 
+@pytest.mark.parametrize("qid,suggested", [
+    ("ex01.nonexistent", "did you mean one of set ex01's questions: ex01.sum_squares, "
+                         "ex01.worker_cycles, ex01.variable_bytes, ex01.six_workers?"),
+    ("ex01.sum_square", "did you mean ex01.sum_squares"),
+    ("ex02.normalize", "did you mean ex02.normalise"),
+    ("ex1.sum_squares", "did you mean ex01.sum_squares?"),
+    ("zz.q", "the sets are ex01, ex02"),
+])
+def test_did_you_mean_prefers_the_same_set(capsys, qid, suggested):
+    """An unknown id is answered from its own set first (a typo in the name), never with a
+    question of another set while its set has questions."""
+    assert check(qid, 1) is False
+    out = capsys.readouterr().out
+    assert f"no question {qid!r}; {suggested}" in out
+    if qid.startswith("ex01."):
+        assert "ex02" not in out
+
+
 def test_an_unanswered_question_is_reported_as_such(capsys, progress_file):
     def not_yet(g, x, partials):
         # YOUR CODE HERE

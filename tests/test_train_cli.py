@@ -117,12 +117,17 @@ def test_report_is_self_contained_html(capsys, tmp_path):
     (["--batch-size", "500"], "--batch-size 500 x 4 replica(s) is more than the 1,437 training"),
     (["--lr", "0"], "--lr must be a positive number, not 0.0"),
     (["--lr", "nan"], "--lr must be a positive number, not nan"),
+    (["--lr", "-0.5"], "--lr must be a positive number, not -0.5"),
+    (["--lr", "inf"], "--lr must be a positive number, not inf"),
     (["--momentum", "1"], "--momentum must be in [0, 1), not 1.0"),
     (["--tiles-per-ipu", "16", "--replicas", "3"], "replication_factor"),
 ])
 def test_clear_errors(capsys, args, message):
+    """Nonsense values stop before anything is built or trained: one line, exit code 2."""
     code, out, err = run(capsys, *args)
     assert code == 2 and message in err
+    assert err.startswith("ipulab train: ") and len(err.strip().splitlines()) == 1
+    assert out == ""
 
 
 def test_usage_errors(capsys):
@@ -142,6 +147,23 @@ def test_every_system_of_info_is_a_train_system(capsys):
         assert parser.parse_args(["train", "--system", name]).system == name
         devices.system(name, tiles_per_ipu=1)               # and devices knows it
     assert "ipu = bow" in info
+
+
+def test_a_system_name_means_the_same_machine_everywhere():
+    """devices.system, nn.TrainConfig(system=...) (the Trainer's and the dashboard's way to
+    name one) and `ipulab train --system` build the very system ipulab.arch lists."""
+    from ipulab import arch, devices
+    from ipulab.nn import TrainConfig
+
+    parser = cli.build_parser()
+    for name in devices.SYSTEM_NAMES:
+        want = arch.SYSTEMS[devices.ALIASES.get(name, name)]
+        assert devices.system(name, 1).target.system is want
+        assert TrainConfig(system=name, tiles_per_ipu=1).device().target.system is want
+        config = cli.train_config(parser.parse_args(["train", "--system", name]))
+        assert config.device().target.system is want
+    for n in (16, 64, 128, 256):
+        assert devices.system(f"pod{n}", 1).target == devices.pod(n, tiles_per_ipu=1).target
 
 
 def test_pod16_runs_one_replica_per_ipu(capsys):

@@ -7,17 +7,21 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-KINDS = ("codelet", "graph", "predict", "performance", "profile")
+KINDS = ("codelet", "graph", "predict", "performance", "profile", "system")
+# system: operate a simulated system (a Pod's partitions, a scheduler) through its API
 
 
 @dataclass(frozen=True)
 class Par:
     """What a performance answer is graded against, deterministically: the simulated cycles
-    (and/or the bytes on the fullest tile) of the reference solution, with a tolerance."""
+    (and/or the bytes on the fullest tile) of the reference solution, or simulated seconds
+    (e.g. a scheduler's mean wait) where the question is not about one program, with a
+    tolerance."""
 
     cycles: int | None = None
     memory: int | None = None
     tolerance: float = 1.2
+    seconds: float | None = None
 
     def describe(self) -> str:
         parts = []
@@ -25,6 +29,8 @@ class Par:
             parts.append(f"{self.cycles:,} cycles")
         if self.memory is not None:
             parts.append(f"{self.memory:,} B on the fullest tile")
+        if self.seconds is not None:
+            parts.append(f"{self.seconds:,.1f} simulated seconds")
         return " and ".join(parts) + f" (within {self.tolerance:g}×)"
 
 
@@ -100,10 +106,22 @@ def get(qid: str) -> Question:
     _load()
     if qid in REGISTRY:
         return REGISTRY[qid]
+    raise KeyError(f"no question {qid!r}; {_suggest(str(qid))}")
+
+
+def _suggest(qid: str) -> str:
+    """What to say about an unknown id: the closest questions of its own set (a typo in the
+    name), else every question of that set, else the closest ids anywhere, else the sets."""
     import difflib
+    set_id = qid.split(".", 1)[0]
+    same = [q for q in REGISTRY if q.split(".", 1)[0] == set_id]
+    if same:
+        close = difflib.get_close_matches(qid, same, n=3, cutoff=0.5)
+        return (f"did you mean {', '.join(close)}?" if close else
+                f"did you mean one of set {set_id}'s questions: {', '.join(same)}?")
     close = difflib.get_close_matches(qid, list(REGISTRY), n=3)
-    raise KeyError(f"no question {qid!r}" + (f"; did you mean {', '.join(close)}?" if close else
-                                            f"; the sets are {', '.join(sorted(SETS))}"))
+    return f"did you mean {', '.join(close)}?" if close else \
+        f"the sets are {', '.join(sorted(SETS))}"
 
 
 def questions(set_id: str | None = None) -> list[Question]:
