@@ -155,3 +155,50 @@ def test_rts_needs_replicas(bow2000):
         nn.Trainer(small_cnn(), ipulab.devices.ipu("bow", tiles_per_ipu=8), replicas=None,
                    rts=True)
     assert nn.TrainConfig(rts=True, replicas=None).resolve(bow2000.target).replicas == 4
+
+
+# --- tensor parallelism ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pod16():
+    """A Bow Pod16 of 4 tiles per IPU."""
+    return ipulab.devices.pod(16, tiles_per_ipu=4)
+
+
+def test_tensor_parallel_matches_the_reference(digits, bow2000):
+    """t = 4 on a Bow-2000: the conv's 4 channels one per IPU, the classifier's 10 outputs
+    3 + 3 + 2 + 2; every IPU computes, the activations cross the IPU-Links; with recompute."""
+    tr = nn.Trainer(small_cnn(), bow2000, batch_size=4, lr=0.1, momentum=0.9, seed=1,
+                    tensor_parallel=4, recompute=True)
+    check_against_reference(tr, digits, 0.1, 0.9)
+    assert nn.tensor_parallel.split_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    prof = tr.profile()
+    tpi = bow2000.target.tiles_per_ipu
+    per_ipu = np.zeros(4, int)
+    for tile, n in prof.graph.variable_tiles("4.weight").items():
+        per_ipu[tile // tpi] += n
+    assert per_ipu.tolist() == [3 * 64, 3 * 64, 2 * 64, 2 * 64]      # rows 3 + 3 + 2 + 2
+    assert (prof.compute_cycles.reshape(4, -1).max(1) > 0).all()
+    assert prof.step_summary()["ipu_link_bytes"] > 0
+
+
+def test_tensor_parallel_with_a_pipeline_and_replicas(digits, pod16):
+    """t = 2 x p = 2 x r = 4 fills a Pod16: each stage's layers shared by 2 IPUs."""
+    tr = nn.Trainer(small_cnn(), pod16, replicas=4, batch_size=4, lr=0.1, momentum=0.9,
+                    seed=1, tensor_parallel=2, pipeline=[3], micro_batches=2)
+    assert tr.config.replica_ipus == 4
+    check_against_reference(tr, digits, 0.1, 0.9)
+    assert (tr.profile().compute_cycles.reshape(16, -1).max(1) > 0).all()
+
+
+def test_a_replica_needs_t_times_p_ipus(bow2000):
+    bow = bow2000.target
+    assert nn.TrainConfig(tensor_parallel=2).replica_choices(bow) == [1, 2]
+    assert nn.TrainConfig(tensor_parallel=2, pipeline=[3]).replica_choices(bow) == [1]
+    assert nn.TrainConfig(tensor_parallel=2, replicas=None).resolve(bow).replicas == 2
+    nn.TrainConfig(tensor_parallel=2, replicas=2).check(5, bow)
+    with pytest.raises(ConfigError, match=r"tensor_parallel x 2 pipeline stage\(s\) must fit "
+                                          r"the 2 IPU\(s\) of a replica \(4 IPU\(s\) over 2 "
+                                          r"replica\(s\); a replica needs t x p = 4\), not 2"):
+        nn.TrainConfig(tensor_parallel=2, replicas=2, pipeline=[3]).check(5, bow)
+    with pytest.raises(ConfigError, match="tensor_parallel must be an int >= 1"):
+        nn.TrainConfig(tensor_parallel=0)

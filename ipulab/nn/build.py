@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import GraphError, TileMemoryError
 from ..poplar import concat
+from . import tensor_parallel
 from .layers import Dropout, ReLU
 
 
@@ -17,10 +18,11 @@ class LayerBuild:
     """What one layer sees while it is turned into graph operations."""
 
     def __init__(self, graph, seq, layer, index: int, params: dict, train: bool, relu: bool,
-                 seed, prefix: str = "", micro: int = 0):
+                 seed, prefix: str = "", micro: int = 0, shards: int = 1):
         self.graph, self.seq, self.layer, self.index = graph, seq, layer, index
         self.params, self.train, self.relu, self.seed = params, train, relu, seed
         self.prefix, self.micro = prefix, micro
+        self.shards, self.sub = shards, []   # tensor parallelism: IPUs, and a build per shard
         self.model = self.input = None     # its model; the tensor it was given (a checkpoint)
         self.need_dx = True
         self.grads: dict = {}
@@ -52,23 +54,26 @@ class LayerBuild:
 
 
 def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, prefix: str = "",
-                  span=None, micro: int = 0):
+                  span=None, micro: int = 0, shards: int = 1):
     """The forward pass of model's layers span = (lo, hi) (default: all) on x into seq:
     (output, [LayerBuild per built layer]).
 
     params: {layer index: {name: tensor}}. In training mode Dropout draws masks from `seed`
     (an UNSIGNED_INT [2] tensor) and the layer's seed_modifier (its index and `micro`, the
-    micro-batch); otherwise it passes its input through."""
+    micro-batch); otherwise it passes its input through. shards: the IPUs of graph that
+    share each Conv2d and Linear (tensor_parallel.py)."""
     layers = model.layers
     i, hi = span or (0, len(layers))
     builds = []
     while i < hi:
         layer = layers[i]
         relu = layer.fuses_relu and i + 1 < hi and isinstance(layers[i + 1], ReLU)
-        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix, micro)
+        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix, micro,
+                       shards)
         b.model, b.input = model, x
         with naming(b, "forward"):
-            x = layer.forward(b, x)
+            x = tensor_parallel.forward(b, x) if tensor_parallel.is_sharded(b) else \
+                layer.forward(b, x)
         builds.append(b)
         i += 2 if relu else 1
     return x, builds
@@ -107,13 +112,15 @@ def build_backward(graph, builds, dy, seq, need_input_grad: bool = False,
             b0, last = block[0], block[-1]
             _, block = build_forward(graph, b0.model, b0.input, {b.index: b.params for b in block},
                                      seq, b0.train, b0.seed, "recompute/" + b0.prefix,
-                                     (b0.index, last.index + (2 if last.relu else 1)), b0.micro)
+                                     (b0.index, last.index + (2 if last.relu else 1)), b0.micro,
+                                     b0.shards)
         for k, b in zip(reversed(ks), reversed(block)):
             if k < first:
                 break
             b.seq, b.need_dx = seq, k > first or need_input_grad
             with naming(b, "backward"):
-                dy = b.layer.backward(b, dy)
+                dy = tensor_parallel.backward(b, dy) if tensor_parallel.is_sharded(b) else \
+                    b.layer.backward(b, dy)
             grads.update({f"{b.index}.{name}": t for name, t in b.grads.items()})
     return _keys(builds, grads), (dy if need_input_grad else None)
 

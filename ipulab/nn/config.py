@@ -5,7 +5,8 @@
     cfg.num_stages, cfg.micro, cfg.global_batch_size, cfg.replica_choices(device.target)
 
 The Trainer, `ipulab train`, the training dashboard and the course all read their options from
-here, so a rule such as "a replica needs one IPU per pipeline stage" is written once. A config
+here, so a rule such as "a replica needs t x p IPUs: tensor_parallel IPUs for each of its
+pipeline stages" is written once. A config
 is frozen: change one with dataclasses.replace (or config.replace(...)), which checks again.
 """
 from __future__ import annotations
@@ -77,6 +78,9 @@ class TrainConfig:
     state stored as one shard per replica (padded: n elements -> ceil(n / replicas) each);
     the weights are all-gathered before use and the gradients reduce-scattered instead of
     all-reduced; each replica updates its own shard (nn/sharding.py).
+    tensor_parallel: t IPUs per pipeline stage, each holding 1/t of every Conv2d's and
+    Linear's output channels (features) and computing them; a replica then uses
+    t x num_stages IPUs, and t x p x r IPUs in all (nn/tensor_parallel.py).
     """
 
     replicas: int | None = 1
@@ -95,6 +99,7 @@ class TrainConfig:
     epochs: int = 1
     optimizer_state: str = "on-chip"
     rts: bool = False
+    tensor_parallel: int = 1
 
     def __post_init__(self):
         fix = (lambda name, value: object.__setattr__(self, name, value))
@@ -103,6 +108,7 @@ class TrainConfig:
         fix("batch_size", _int(self.batch_size, "batch_size"))
         fix("seed", _int(self.seed, "seed", 0))
         fix("epochs", _int(self.epochs, "epochs"))
+        fix("tensor_parallel", _int(self.tensor_parallel, "tensor_parallel"))
         fix("recompute", bool(self.recompute))
         fix("rts", bool(self.rts))
         self._check_rts()
@@ -161,6 +167,11 @@ class TrainConfig:
         return self.pipeline if isinstance(self.pipeline, int) else len(self.pipeline) + 1
 
     @property
+    def replica_ipus(self) -> int:
+        """IPUs one replica needs: tensor_parallel for each pipeline stage (t x p)."""
+        return self.tensor_parallel * self.num_stages
+
+    @property
     def micro(self) -> int:
         """Micro-batches per step: as asked, else one per stage (1 without a pipeline)."""
         return self.micro_batches or self.num_stages
@@ -199,24 +210,31 @@ class TrainConfig:
     # --- against a target and a model --------------------------------------------------------
     def replica_choices(self, target) -> list[int]:
         """The replica counts that can run on target: 1 and the divisors of its IPUs that
-        leave each replica an IPU per pipeline stage."""
+        leave each replica its t x p IPUs (replica_ipus)."""
         n = target.num_ipus
-        return [r for r in range(1, n + 1) if n % r == 0 and r * self.num_stages <= max(n, 1)]
+        return [r for r in range(1, n + 1) if n % r == 0 and r * self.replica_ipus <= max(n, 1)]
 
     def resolve(self, target) -> "TrainConfig":
-        """This config with replicas decided (None: the system's IPUs over the stages)."""
+        """This config with replicas decided (None: the system's IPUs over t x p)."""
         if self.replicas is not None:
             return self
-        return self.replace(replicas=max(1, target.num_ipus // self.num_stages))
+        return self.replace(replicas=max(1, target.num_ipus // self.replica_ipus))
 
     def ipus_per_replica(self, target) -> int:
         return max(1, target.num_ipus // self.resolve(target).replicas)
 
     def check(self, num_layers: int, target) -> None:
-        """GraphError unless the pipeline fits the model's layers and a replica's IPUs, and
-        the batch splits into its micro-batches."""
-        ipus = self.ipus_per_replica(target)
+        """GraphError unless the pipeline fits the model's layers and a replica's IPUs (t
+        of them per stage), and the batch splits into its micro-batches."""
+        ipus, t = self.ipus_per_replica(target), self.tensor_parallel
         self.resolve(target)._check_rts()
+        if t > 1 and t * min(self.num_stages, num_layers) > ipus:
+            r = self.resolve(target).replicas
+            raise ConfigError("tensor_parallel", (
+                f"x {self.num_stages} pipeline stage(s) must fit the {ipus} IPU(s) of a "
+                f"replica ({target.num_ipus} IPU(s) over {r} replica(s); a replica needs "
+                f"t x p = {t * self.num_stages})"), t)
+        ipus //= t
         if isinstance(self.pipeline, int):
             if self.pipeline > min(ipus, num_layers):
                 raise GraphError(f"TrainConfig: pipeline={self.pipeline} stages needs "

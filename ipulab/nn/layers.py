@@ -230,7 +230,8 @@ class Linear(Layer):
         w = b.param("weight")
         if self.bias:     # [x, 1] @ [w, b].T: the bias folded into the product
             x = concat([x, _ones(b, [x.shape[0], 1], x.dtype, b.name("ones"))], 1)
-            w = concat([w, b.param("bias").reshape([self.out_features, 1])], 1)
+            bias = b.param("bias")
+            w = concat([w, bias.reshape([bias.num_elements(), 1])], 1)
         y = poplin.mat_mul(b.graph, x, w.transpose(), b.seq, name=b.name("matmul"))
         y = _relu(b, y, b.name("relu"))
         b.save(x=x, y=y)

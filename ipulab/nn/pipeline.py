@@ -99,10 +99,11 @@ def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
     return sorted(cuts)
 
 
-def make_stages(graph, spans) -> list[Stage]:
-    """Stage s on IPU s of the (per-replica) graph."""
-    tpi = graph.target.tiles_per_ipu
-    return [Stage(lo, hi, graph.create_virtual_graph(s * tpi, (s + 1) * tpi))
+def make_stages(graph, spans, ipus_per_stage: int = 1) -> list[Stage]:
+    """Stage s on IPU s of the (per-replica) graph (on IPUs s*t .. s*t + t-1 with t
+    ipus_per_stage: tensor parallelism)."""
+    tiles = graph.target.tiles_per_ipu * ipus_per_stage
+    return [Stage(lo, hi, graph.create_virtual_graph(s * tiles, (s + 1) * tiles))
             for s, (lo, hi) in enumerate(spans)]
 
 
@@ -126,10 +127,11 @@ def _like(graph, t, name: str):
 
 
 def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, *,
-                      train: bool, seed=None, prefix: str = "", on_last=None):
+                      train: bool, seed=None, prefix: str = "", on_last=None, shards: int = 1):
     """The forward phase: micro-batch m through stage s in slot t = m + s, the stages of a slot
     in shared supersteps, outputs moved to the next IPU between slots. on_last(m, logits,
-    part) adds the last stage's per-micro-batch work (the loss). Returns ({(s, m): builds},
+    part) adds the last stage's per-micro-batch work (the loss); shards: tensor parallelism
+    inside each stage. Returns ({(s, m): builds},
     [logits per micro-batch])."""
     S, M, B = len(stages), micro_batches, x.shape[0]
     mb = B // M
@@ -144,7 +146,7 @@ def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, 
             part = prog.Sequence(name=f"stage {s} forward mb{m}")
             y, builds[s, m] = build_forward(st.graph, model, inputs[s, m], params, part,
                                             train=train, seed=seed, prefix=f"{prefix}mb{m}/",
-                                            span=(st.lo, st.hi), micro=m)
+                                            span=(st.lo, st.hi), micro=m, shards=shards)
             if s == S - 1:
                 logits[m] = y
                 if on_last is not None:
@@ -162,7 +164,8 @@ def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, 
 
 
 def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batches: int,
-                   grad_scale: float, seed=None, recompute: bool = False) -> StepResult:
+                   grad_scale: float, seed=None, recompute: bool = False,
+                   shards: int = 1) -> StepResult:
     """Forward, loss and backward of one batch through the pipeline, into seq."""
     S, M, B = len(stages), micro_batches, x.shape[0]
     mb = B // M
@@ -175,7 +178,7 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
                                     grad_scale=grad_scale)
 
     builds, _ = pipelined_forward(graph, model, stages, x, params, seq, M, train=True,
-                                  seed=seed, on_last=loss_of)
+                                  seed=seed, on_last=loss_of, shards=shards)
     loss_sum = popops.reduce(last.graph, concat([losses[m].loss.reshape([1]) for m in range(M)]),
                              [0], "add", seq, "loss/sum")
     loss = popops.map(last.graph, popops.expr._1 / float(M), [loss_sum], seq, "loss/mean")

@@ -19,6 +19,7 @@ from ..errors import GraphError
 from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Graph, concat
 from ..poplar import program as prog
 from ..popops.expr import _1
+from . import tensor_parallel
 from .build import all_reduce_gradients, build_backward, build_forward, flat, split, \
     uses_dropout
 from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
@@ -41,8 +42,11 @@ class StepGraph:
                              f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
         self.model, self.config, self.classes = model, config, shapes[-1][0]
         self.g = g = Graph(target, replication_factor=config.replicas)   # one replica's graph
+        t = config.tensor_parallel
         self.stages = None if cuts is None else \
-            make_stages(g, stage_spans(cuts, len(model), g.target.num_ipus))
+            make_stages(g, stage_spans(cuts, len(model), g.target.num_ipus // t), t)
+        self.group = g if t == 1 or self.stages else \
+            g.create_virtual_graph(0, t * g.target.tiles_per_ipu)     # the IPUs of the shards
         dt, B = config.dtype, config.batch_size
         self.x = g.add_variable(dt, [B, *sample_shape], "input")
         self.labels = g.add_variable(INT, [B], "labels")
@@ -52,7 +56,10 @@ class StepGraph:
         for key, shape in model.param_shapes().items():
             index, name = key.split(".")
             t = g.add_variable(FLOAT, list(shape), key)
-            poputil.map_tensor_linearly(self.home(int(index)), t)
+            if config.tensor_parallel > 1:
+                tensor_parallel.map_weight(self.home(int(index)), t, config.tensor_parallel)
+            else:
+                poputil.map_tensor_linearly(self.home(int(index)), t)
             if not config.rts:
                 g.create_host_write(f"write/{key}", t)
                 g.create_host_read(f"read/{key}", t)
@@ -70,8 +77,9 @@ class StepGraph:
         self.to_half = self._half_weights()
 
     def home(self, layer: int):
-        """The graph a layer lives on: its pipeline stage's IPU, or the whole replica."""
-        return stage_of(self.stages, layer).graph if self.stages else self.g
+        """The graph a layer lives on: its pipeline stage's IPU(s), or the whole replica (its
+        first t IPUs with tensor parallelism)."""
+        return stage_of(self.stages, layer).graph if self.stages else self.group
 
     def _half_weights(self):
         """fp16: forward and backward use HALF copies of the float master weights, made at the
@@ -115,7 +123,8 @@ class StepGraph:
             body = prog.Sequence(name="pipeline")
             step = pipelined_step(g, self.model, self.stages, self.x, self.labels, self.params,
                                   body, micro_batches=cfg.micro, grad_scale=grad_scale,
-                                  seed=self.seed, recompute=cfg.recompute)
+                                  seed=self.seed, recompute=cfg.recompute,
+                                  shards=cfg.tensor_parallel)
             train.add(body)
         else:
             step = self._plain_step(train, grad_scale)
@@ -127,12 +136,13 @@ class StepGraph:
     def _plain_step(self, train, grad_scale) -> StepResult:
         g = self.g
         self.forward, self.loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
-        self.logits, builds = build_forward(g, self.model, self.x, self.params, self.forward,
-                                            train=True, seed=self.seed)
+        self.logits, builds = build_forward(self.group, self.model, self.x, self.params,
+                                            self.forward, train=True, seed=self.seed,
+                                            shards=self.config.tensor_parallel)
         self.loss = popnn.calc_loss(g, self.logits, self.labels, self.loss_seq, name="loss",
                                     num_correct=True, grad_scale=grad_scale)
         backward = prog.Sequence(name="backward")
-        grads, _ = build_backward(g, builds, self.loss.grad, backward,
+        grads, _ = build_backward(self.group, builds, self.loss.grad, backward,
                                   recompute=self.config.recompute)
         for p in (self.forward, self.loss_seq, backward):
             train.add(p)
@@ -175,11 +185,12 @@ class StepGraph:
             if self.stages:
                 _, parts = pipelined_forward(self.g, self.model, self.stages, self.x,
                                              self.params, ev, self.config.micro, train=False,
-                                             prefix="eval/")
+                                             prefix="eval/", shards=self.config.tensor_parallel)
                 logits = concat(parts)
             else:
-                logits, _ = build_forward(self.g, self.model, self.x, self.params, ev,
-                                          train=False, prefix="eval/")
+                logits, _ = build_forward(self.group, self.model, self.x, self.params, ev,
+                                          train=False, prefix="eval/",
+                                          shards=self.config.tensor_parallel)
             loss = popnn.calc_loss(self.home(len(self.model) - 1), logits, self.labels, ev,
                                    name="eval/loss", num_correct=True)
         pred = popnn.arg_max(self.g, logits, ev, "predictions")

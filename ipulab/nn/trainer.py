@@ -59,7 +59,7 @@ class Trainer:
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
     micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
-    ("on-chip" or "off-chip") and rts; or config= a TrainConfig. device: where to
+    ("on-chip" or "off-chip"), rts and tensor_parallel; or config= a TrainConfig. device: where to
     train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
     and compile now rather than at the first fit/evaluate/predict. options: Engine options
     (e.g. checked codelets).
@@ -70,14 +70,15 @@ class Trainer:
                  pipeline=None, recompute: bool = False, seed: int = 0, input_shape=None,
                  loss_scaling: float | None = None, options: dict | None = None,
                  micro_batches: int | None = None, optimizer_state: str = "on-chip",
-                 rts: bool = False, config: TrainConfig | None = None):
+                 rts: bool = False, tensor_parallel: int = 1,
+                 config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         config = _config(config, dict(
             replicas=replicas, batch_size=batch_size, lr=lr, momentum=momentum,
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
             loss_scaling=loss_scaling, micro_batches=micro_batches,
-            optimizer_state=optimizer_state, rts=rts))
+            optimizer_state=optimizer_state, rts=rts, tensor_parallel=tensor_parallel))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
