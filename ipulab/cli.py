@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ipulab.devices import ALIASES, SYSTEM_NAMES
 from ipulab.plan import command as plan_command
+from ipulab.vipu import command as vipu_command
 
 
 def _version() -> str:
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--port", type=int, default=None, help="port for the Jupyter server")
     _train_parser(sub)
     plan_command.add_parser(sub)
+    vipu_command.add_parser(sub)
     course = sub.add_parser("course", help="coursework: build exercises, grade notebooks, doctor")
     csub = course.add_subparsers(dest="course_command", metavar="ACTION")
     build = csub.add_parser("build", help="write exercises/ from solutions/ (nbgrader markers)")
@@ -213,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         return plan_main(args)
     if args.command == "course":
         return course_main(args, parser)
+    if args.command == "vipu":
+        return vipu_command.run(args)
     if args.command == "cache":
         return cache_command(args.action)
     parser.print_help()

@@ -83,12 +83,12 @@ def test_size_must_be_a_power_of_two(ctl, size):
 
 
 def test_size_larger_than_the_pod(ctl):
-    with pytest.raises(errors.PartitionSizeError, match="larger than the pod16's 16 IPUs"):
+    with pytest.raises(errors.PartitionSizeError, match="larger than the pod16.s 16 IPUs; free: all: IPUs 0-15"):
         ctl.create_partition("p", 32)
 
 
 def test_a_partition_cannot_span_allocations(split):
-    with pytest.raises(errors.AllocationError, match=r"cannot span allocations.*has 8"):
+    with pytest.raises(errors.AllocationError, match=r"cannot span allocations.*has 8; free: a: IPUs 0-7; b: IPUs 8-15"):
         split.create_partition("p", 16)
 
 

@@ -150,19 +150,13 @@ class Controller:
         user = self.user if user is None else _checked_user(user)
         _check_name(name)
         sync_type = _sync_type(reconfigurable, sync_type)
-        if not _power_of_two(size):
-            raise PartitionSizeError(f"partition {name!r}: the size of a partition must be a "
-                                     f"power of two (1, 2, 4, 8, ...), not {size!r}")
-        if not _power_of_two(gcds) or gcds > size:
-            raise PartitionSizeError(f"partition {name!r}: its {size} IPUs split into a power "
-                                     f"of two of GCDs, at most one per IPU, not {gcds!r}")
         with self.store.write() as conn:
             pod, allocs, parts = _snapshot(conn, self)
             taken = [p for p in parts if p.name == name]
             if taken:
                 raise PartitionNameError(f"a partition named {name!r} exists already (owner "
                                          f"{taken[0].user}); partition names are unique")
-            alloc, first = _place(name, size, allocation, user, pod, allocs, parts)
+            alloc, first = _place(name, size, gcds, allocation, user, pod, allocs, parts)
             cur = conn.execute(
                 "INSERT INTO partitions (name, allocation, first_ipu, size, user, "
                 "reconfigurable, sync_type, gcds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -317,13 +311,22 @@ def _free(a: Allocation, parts: list[Partition]) -> tuple[int, ...]:
     return tuple(i for i in range(a.first_ipu, a.end_ipu) if i not in taken)
 
 
-def _place(name, size, allocation, user, pod, allocs, parts) -> tuple[Allocation, int]:
+def _place(name, size, gcds, allocation, user, pod, allocs, parts) -> tuple[Allocation, int]:
     """The allocation and first IPU of the new partition: the lowest free block of `size`
-    IPUs aligned to its size inside one allocation granted to the user."""
+    IPUs (a power of two, split into `gcds`) aligned to its size inside one allocation granted
+    to the user."""
+    mine = [a for a in allocs if a.granted_to(user)]
+    free = "; ".join(f"{a.name}: IPUs {spans(_free(a, parts))}" for a in mine)
+    if not _power_of_two(size):
+        raise PartitionSizeError(f"partition {name!r}: the size of a partition must be a "
+                                 f"power of two (1, 2, 4, 8, ...), not {size!r}; free: {free}")
     request = f"partition {name!r} of {size} IPUs"
     if size > pod.num_ipus:
-        raise PartitionSizeError(f"{request}: larger than the {pod.name}'s {pod.num_ipus} IPUs")
-    mine = [a for a in allocs if a.granted_to(user)]
+        raise PartitionSizeError(f"{request}: larger than the {pod.name}'s {pod.num_ipus} IPUs; "
+                                 f"free: {free}")
+    if not _power_of_two(gcds) or gcds > size:
+        raise PartitionSizeError(f"{request}: its IPUs split into a power of two of GCDs, at "
+                                 f"most one per IPU, not {gcds!r}")
     if allocation is not None:
         named = [a for a in allocs if a.name == allocation]
         if not named or not named[0].granted_to(user):
@@ -337,13 +340,13 @@ def _place(name, size, allocation, user, pod, allocs, parts) -> tuple[Allocation
     if size > largest:
         raise AllocationError(
             f"{request}: a partition cannot span allocations, and the largest of "
-            f"{', '.join(f'{a.name} ({a.num_ipus} IPUs)' for a in mine)} has {largest}")
-    busy = np.ones(pod.num_ipus, bool)
-    for a in mine:
-        busy[:] = True
-        busy[list(_free(a, parts))] = False
-        n = a.num_ipus // size * size
-        first = find_block(busy[a.first_ipu:a.first_ipu + n], size)
+            f"{', '.join(f'{a.name} ({a.num_ipus} IPUs)' for a in mine)} has {largest}; "
+            f"free: {free}")
+    for a in mine:              # blocks aligned from the allocation's first IPU
+        free_ipus = np.asarray(_free(a, parts), np.int64) - a.first_ipu
+        busy = np.ones(a.num_ipus // size * size, bool)
+        busy[free_ipus[free_ipus < busy.size]] = False
+        first = find_block(busy, size)
         if first is not None:
             return a, a.first_ipu + first
     free = "; ".join(f"{a.name}: IPUs {spans(_free(a, parts))}" for a in mine)

@@ -56,12 +56,12 @@ class Store:
         if not create and not self.path.exists():
             raise StateError(f"no V-IPU state at {self.path}: run `ipulab vipu init --system "
                              "pod16` (or Controller.init) first")
-        if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if create:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(str(self.path), timeout=self.timeout,
                                    isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as e:
+        except (OSError, sqlite3.Error) as e:
             raise StateError(f"cannot open the V-IPU state {self.path}: {e}") from None
         return conn
 

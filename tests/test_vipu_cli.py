@@ -1,0 +1,139 @@
+"""`ipulab vipu`: init, create, remove, list, show over a shared state file; every refusal is
+one line naming the rule, a non-zero exit code, and never a traceback."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ipulab.cli import main
+
+
+@pytest.fixture
+def vipu(tmp_path, capsys):
+    """Run `ipulab vipu --db DB --user USER ...`; returns (exit code, stdout, stderr)."""
+    db = str(tmp_path / "vipu.sqlite")
+
+    def run(*args, user="alice"):
+        code = main(["vipu", "--db", db, "--user", user, *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    run.db = db
+    return run
+
+
+def refused(result, *words):
+    code, out, err = result
+    assert code != 0 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_init_create_list_show_remove(vipu):
+    code, out, _ = vipu("init", "--system", "pod16")
+    assert code == 0 and "16 IPUs" in out and "allocation all" in out
+    assert vipu("create", "partition", "p", "--size", "4")[0] == 0
+    code, out, _ = vipu("create", "partition", "q", "--size", "8", "--reconfigurable")
+    assert code == 0 and "IPUs 8-15" in out and "c2-compatible" in out
+    code, out, _ = vipu("list", "partitions", "--json")
+    assert json.loads(out) == [
+        {"name": "p", "size": 4, "ipus": [0, 1, 2, 3], "user": "alice", "allocation": "all"},
+        {"name": "q", "size": 8, "ipus": list(range(8, 16)), "user": "alice",
+         "allocation": "all"}]
+    code, out, _ = vipu("list", "partitions")
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["partition", "size", "IPUs"]
+    code, out, _ = vipu("show", "partition", "q", "--json")
+    d = json.loads(out)
+    assert (d["reconfigurable"], d["sync_type"], d["ipuof"]["attributes"]["num_ipus"]) == \
+        (True, "c2-compatible", 8)
+    assert "sync_type" in vipu("show", "partition", "q")[1]
+    code, out, _ = vipu("remove", "partition", "p")
+    assert code == 0 and "IPUs 0-3 are free" in out
+    assert [p["name"] for p in json.loads(vipu("list", "partitions", "--json")[1])] == ["q"]
+
+
+def test_allocations_per_user(vipu):
+    code, out, _ = vipu("init", "--system", "pod16", "--allocation", "mine=0-1:alice",
+                        "--allocation", "shared=2-3")
+    assert code == 0
+    allocs = json.loads(vipu("list", "allocations", "--json")[1])
+    assert [(a["name"], a["user"], a["ipus"]) for a in allocs] == [
+        ("mine", "alice", list(range(8))), ("shared", "*", list(range(8, 16)))]
+    bob = json.loads(vipu("list", "allocations", "--json", user="bob")[1])
+    assert [a["name"] for a in bob] == ["shared"]
+    assert vipu("create", "partition", "b", "--size", "4", user="bob")[1].count("IPUs 8-11")
+    assert "free IPUs" in vipu("list", "allocations")[1]
+    refused(vipu("create", "partition", "c", "--size", "4", "--allocation", "mine",
+                 user="bob"), "no allocation 'mine' granted to user 'bob'")
+
+
+@pytest.mark.parametrize("size, words", [
+    ("0", ["power of two", "free: all: IPUs 0-15"]),
+    ("12", ["power of two", "not 12"]),
+    ("32", ["larger than the pod16's 16 IPUs"]),
+    ("four", ["power of two", "'four'"]),
+])
+def test_bad_sizes_are_one_line(vipu, size, words):
+    vipu("init", "--system", "pod16")
+    refused(vipu("create", "partition", "p", "--size", size), *words)
+
+
+def test_every_refusal_is_one_line_naming_the_rule(vipu):
+    refused(vipu("list", "partitions"), "ipulab vipu init")          # not initialised
+    vipu("init", "--system", "pod16", "--allocation", "a=0-1", "--allocation", "b=2-3")
+    refused(vipu("create", "partition", "big", "--size", "16"), "cannot span allocations")
+    vipu("create", "partition", "p", "--size", "8")
+    refused(vipu("create", "partition", "p", "--size", "2"), "unique")
+    vipu("create", "partition", "q", "--size", "8")
+    refused(vipu("create", "partition", "r", "--size", "1"), "no 1 free IPUs",
+            "free: a: IPUs none; b: IPUs none")
+    refused(vipu("create", "partition", "s", "--size", "1", "--reconfigurable",
+                 "--sync-type", "pod-native-default"), "c2-compatible")
+    refused(vipu("remove", "partition", "nope"), "no partition 'nope'")
+    refused(vipu("show", "partition", "p", user="bob"), "visible only to its creator")
+    refused(vipu("remove", "partition", "p", user="bob"), "only its creator 'alice'")
+    refused(vipu("init", "--system", "pod16"), "remove them before init")
+    refused(vipu("init", "--system", "pod12"), "unknown Pod 'pod12'")
+    refused(vipu("list", "partitions", user="bad user"), "user name")
+
+
+def test_bad_allocation_specs(vipu):
+    refused(vipu("init", "--system", "pod16", "--allocation", "x=0-9"), "machines 0 to 3")
+    refused(vipu("init", "--system", "pod16", "--allocation", "x=0-1", "--allocation",
+                 "y=1"), "one allocation")
+    refused(vipu("init", "--system", "pod16", "--allocation", "oops"), "NAME=MACHINES")
+
+
+def test_a_corrupt_file_is_one_line_and_untouched(vipu, tmp_path):
+    path = tmp_path / "vipu.sqlite"
+    path.write_bytes(b"garbage" * 500)
+    refused(vipu("list", "partitions"), "not a valid V-IPU state file")
+    refused(vipu("init", "--system", "pod16"), "not a valid V-IPU state file")
+    assert path.read_bytes() == b"garbage" * 500
+
+
+def test_pod64_and_help(vipu, capsys):
+    assert vipu("init", "--system", "pod64")[0] == 0
+    code, out, _ = vipu("create", "partition", "p", "--size", "64")
+    assert code == 0 and "IPUs 0-63" in out
+    assert main(["vipu", "init", "--help"]) == 0
+    assert "FIRST-LAST" in capsys.readouterr().out
+
+
+def test_the_command_in_a_subprocess_takes_its_defaults_from_the_environment(tmp_path):
+    env = {"IPULAB_VIPU_DB": str(tmp_path / "env.sqlite"), "IPULAB_USER": "erin",
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ipulab", "vipu", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert run("init", "--system", "pod16").returncode == 0
+    assert run("create", "partition", "e", "--size", "2").returncode == 0
+    r = run("list", "partitions", "--json")
+    assert json.loads(r.stdout)[0]["user"] == "erin"
+    bad = run("create", "partition", "f", "--size", "3")
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "power of two" in bad.stderr
