@@ -61,7 +61,7 @@ class Target:
         nothing of one partition may name another's IPUs, streams or buffers."""
         theirs = getattr(other, "partition", None)
         if (self.partition or theirs) and theirs != self.partition:
-            raise PartitionError(f"cannot {what} {other!r}: it is compiled for partition "
+            raise PartitionError(f"cannot {what} {other!r}: this program is for partition "
                                  f"{self.partition or '(none)'} and that is partition "
                                  f"{theirs or '(none)'}; partitions are isolated")
 

@@ -2,10 +2,12 @@
 devices, and isolation enforced by the simulator."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
-from ipulab import arch, devices, errors, poplar, poputil, vipu
+from ipulab import arch, data, devices, errors, nn, poplar, poputil, vipu
 from ipulab.poplar import program as prog
 from ipulab.target import Target
 
@@ -257,3 +259,109 @@ def test_gcds_are_independent_poplar_instances(ctl):
     e, _ = copy_job(d0, np.ones(16))
     with pytest.raises(errors.PartitionError, match="isolated"):
         e.load(d1)
+
+
+# --- isolation --------------------------------------------------------------------------------------
+@pytest.fixture
+def tenants(db):
+    """alice's partition "a" and bob's partition "b", 2 IPUs each, on a Pod16."""
+    alice = vipu.connect(db, user="alice")
+    alice.init("pod16")
+    bob = vipu.connect(db, user="bob")
+    return alice, alice.create_partition("a", 2), bob, bob.create_partition("b", 2)
+
+
+def test_a_program_cannot_name_another_partitions_ipus_streams_or_buffers(tenants):
+    _, a, _, b = tenants
+    ga, gb = poplar.Graph(a.device(tiles_per_ipu=4).target), \
+        poplar.Graph(b.device(tiles_per_ipu=4).target)
+    x = ga.add_variable(poplar.FLOAT, [4], "x")
+    with pytest.raises(errors.PartitionError, match="tile 8 does not exist.*another partition"):
+        ga.set_tile_mapping(x, 8)                    # the first tile past a's IPUs
+    poputil.map_tensor_linearly(ga, x)
+    stream = gb.add_host_to_device_fifo("in", poplar.FLOAT, 4)
+    buf = gb.add_remote_buffer("rb", poplar.FLOAT, 4)
+    y = gb.add_variable(poplar.FLOAT, [4], "y")
+    for p, what in [(prog.Copy(stream, x), "DataStream 'in'"), (prog.Copy(buf, x), "'rb'"),
+                    (prog.Copy(x, buf), "'rb'"), (prog.Copy(y, x), "Tensor 'y'")]:
+        with pytest.raises(errors.PartitionError, match=f"{what}.*partition b#"):
+            poplar.Engine(ga, p)
+    e = poplar.Engine(ga, prog.Sequence())
+    with pytest.raises(errors.PartitionError, match="this program is for partition a#"):
+        e.load(b.device(tiles_per_ipu=4))
+    with pytest.raises(errors.PartitionError, match="partition a#.* and that is partition"):
+        e.load(devices.Device(Target(arch.bow, 2, 4)))   # nor a plain device of that shape
+
+
+def train_small(device, steps=3):
+    """A small CNN trained for a few steps on a device: (weights, losses, step profile)."""
+    x, y = data.digits()[:2]
+    tr = nn.Trainer(nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Flatten(), nn.Linear(64, 10)),
+                    device, batch_size=8, lr=0.1, seed=3)
+    n = steps * tr.global_batch_size
+    tr.fit(x[:n], y[:n], epochs=1, shuffle=False)
+    return tr.get_weights(), tr.history["loss"], tr.profile()
+
+
+def test_two_tenants_at_once_get_bit_identical_results(tenants):
+    _, a, _, b = tenants
+    alone = {p.name: train_small(p.device(tiles_per_ipu=16)) for p in (a, b)}
+    together = {}
+
+    def job(p):
+        together[p.name] = train_small(p.device(tiles_per_ipu=16))
+    threads = [threading.Thread(target=job, args=(p,)) for p in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in "ab":
+        (w1, l1, p1), (w2, l2, p2) = alone[name], together[name]
+        assert l1 == l2 and p1.to_dict() == p2.to_dict()
+        assert all(np.array_equal(w1[k], w2[k]) for k in w1)
+    for p in (a, b):        # the gradient all-reduce crosses IPU-Links, only between its IPUs
+        src, dst, nbytes = alone[p.name][2].exchange_traffic()
+        ipus = np.asarray(p.ipus)
+        across = src // 16 != dst // 16
+        assert nbytes[across].sum() > 0
+        assert set(ipus[src // 16]) | set(ipus[dst // 16]) == set(p.ipus)
+
+
+def test_removing_a_partition_stops_its_job_and_no_other(tenants, db):
+    alice, a, _, b = tenants
+    x, y = data.digits()[:2]
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    ta = nn.Trainer(model, a.device(tiles_per_ipu=16), batch_size=8, lr=0.1)
+    tb = nn.Trainer(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), b.device(tiles_per_ipu=16),
+                    batch_size=8, lr=0.1)
+    ref = nn.Trainer(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)),
+                     devices.Device(Target(arch.bow, 2, 16)), batch_size=8, lr=0.1)
+
+    def remove_after_two(tr, epoch, step, steps, loss, acc):
+        if step == 1:
+            vipu.connect(db, user="alice").remove_partition("a")   # e.g. from another notebook
+    with pytest.raises(errors.PartitionError, match="'a' .*has been removed"):
+        ta.fit(x[:160], y[:160], shuffle=False, callback=remove_after_two)
+    tb.fit(x[:160], y[:160], shuffle=False)
+    ref.fit(x[:160], y[:160], shuffle=False)
+    assert tb.history["loss"] == ref.history["loss"]           # bob never noticed
+    with pytest.raises(errors.PartitionError, match="removed"):
+        ta.evaluate(x[:16], y[:16])
+
+
+def test_a_removed_partitions_memory_is_cleared_before_reuse(tenants):
+    alice, a, _, _ = tenants
+    dev = a.device(tiles_per_ipu=4)
+    e, out = copy_job(dev, np.arange(1, 17))
+    assert dev.memory_bytes() > 0
+    alice.remove_partition("a")
+    assert dev.memory_bytes() == 0              # zeroed when the partition went
+    with pytest.raises(errors.PartitionError, match="removed"):
+        e.read_tensor("b")
+    again = alice.create_partition("again", 2)
+    assert again.ipus == a.ipus                 # the same IPUs, handed out clean
+    dev2 = again.device(tiles_per_ipu=4)
+    assert dev2.memory_bytes() == 0
+    with pytest.raises(errors.PartitionError, match="isolated"):
+        e.load(dev2)                            # the old program cannot come back either
