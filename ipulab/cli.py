@@ -273,6 +273,7 @@ def _train_parser(sub) -> None:
     t.add_argument("--seed", type=int, default=None, help="initial weights and shuffling (0)")
     t.add_argument("--report", default=None, metavar="OUT.html",
                    help="write an HTML report (bokeh, inline resources: works offline)")
+    vipu_command.add_train_options(t)
 
 
 def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, acc: float) -> str:
@@ -312,7 +313,8 @@ def train_config(args):
 def _title(config, target) -> str:
     pipeline = "" if config.pipeline is None else \
         f"pipeline stages at {list(config.pipeline)} with {config.micro} micro-batches, "
-    return (f"default CNN on digits, {config.system} ({target.num_ipus} IPU(s) x "
+    system = target.system.name if target.partition else config.system   # pod16:NAME#id
+    return (f"default CNN on digits, {system} ({target.num_ipus} IPU(s) x "
             f"{target.tiles_per_ipu} tiles), {config.replicas} replica(s) x batch "
             f"{config.batch_size}, SGD lr {config.lr} momentum {config.momentum}, "
             f"{config.precision}, {pipeline}{'recompute, ' if config.recompute else ''}"
@@ -354,14 +356,15 @@ def _result_rows(trainer, evaluation) -> list[tuple[str, str]]:
             *breakdown_rows(step_breakdown(profile, trainer.global_batch_size))]
 
 
-def _trainer(config):
-    """The default CNN's trainer on the config's system, built now, and the digits."""
+def _trainer(config, device=None):
+    """The default CNN's trainer on the device (default: the config's system), built now, and
+    the digits."""
     from ipulab import nn
     from ipulab.data import digits
 
     data = digits()
     x_train = data[0]
-    device = config.device()
+    device = device or config.device()
     config = config.resolve(device.target)
     if config.global_batch_size > len(x_train):
         raise UsageError(f"--batch-size {config.batch_size} x {config.replicas} replica(s) is "
@@ -376,7 +379,8 @@ def train_command(args) -> int:
 
     try:
         config = train_config(args)
-        trainer, (x_train, y_train, x_test, y_test) = _trainer(config)
+        trainer, (x_train, y_train, x_test, y_test) = _trainer(
+            config, vipu_command.train_device(args, config.tiles_per_ipu))
     except (UsageError, IpuLabError) as e:
         print(f"ipulab train: {e}", file=sys.stderr)
         return 2

@@ -137,3 +137,19 @@ def test_the_command_in_a_subprocess_takes_its_defaults_from_the_environment(tmp
     assert json.loads(r.stdout)[0]["user"] == "erin"
     bad = run("create", "partition", "f", "--size", "3")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "power of two" in bad.stderr
+
+
+
+def test_ipulab_train_on_a_partition(vipu, capsys, monkeypatch):
+    vipu("init", "--system", "pod16")
+    vipu("create", "partition", "p", "--size", "2")
+    monkeypatch.setenv("IPULAB_USER", "alice")          # --user from the environment
+    code = main(["train", "--partition", "p", "--db", vipu.db, "--tiles-per-ipu", "16",
+                 "--epochs", "1", "--batch-size", "64"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "pod16:p#1 (2 IPU(s) x 16 tiles), 2 replica(s)" in out and "test accuracy" in out
+    monkeypatch.setenv("IPULAB_USER", "bob")            # bob cannot see alice's partition
+    code = main(["train", "--partition", "p", "--db", vipu.db, "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no partition 'p' visible to user 'bob'" in err

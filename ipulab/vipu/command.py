@@ -145,4 +145,24 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
                      for r in [headers, ["-" * w for w in widths]] + rows)
 
 
+def add_train_options(train) -> None:
+    """`ipulab train --partition NAME [--db PATH] [--user NAME]`: train on a partition."""
+    train.add_argument("--partition", default=None, metavar="NAME",
+                       help="train on this V-IPU partition's IPUs instead of --system (see "
+                       "`ipulab vipu`); with --tiles-per-ipu for a small, fast run")
+    train.add_argument("--db", default=None, metavar="PATH",
+                       help="with --partition: the V-IPU state (default: $IPULAB_VIPU_DB, else "
+                       "~/.ipulab/vipu.sqlite)")
+    train.add_argument("--user", default=None, metavar="NAME",
+                       help="with --partition: act as this user (default: $IPULAB_USER)")
+
+
+def train_device(args, tiles_per_ipu: int | None):
+    """The device of `ipulab train --partition`, or None without one."""
+    if args.partition is None:
+        return None
+    return Controller(args.db, args.user).partition(args.partition).device(
+        tiles_per_ipu=tiles_per_ipu)
+
+
 ACTIONS = {"init": _init, "create": _create, "remove": _remove, "list": _list, "show": _show}
