@@ -202,3 +202,58 @@ def test_a_replica_needs_t_times_p_ipus(bow2000):
         nn.TrainConfig(tensor_parallel=2, replicas=2, pipeline=[3]).check(5, bow)
     with pytest.raises(ConfigError, match="tensor_parallel must be an int >= 1"):
         nn.TrainConfig(tensor_parallel=0)
+
+
+# --- phased execution ----------------------------------------------------------------------------
+def wide_mlp(width=192):
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width),
+                         nn.ReLU(), nn.Linear(width, 10))
+
+
+def test_a_model_too_big_for_one_ipu_trains_phased(digits):
+    """On one IPU of a single tile the wide MLP does not fit (weights, gradients and momentum
+    at once); in 3 phases, weights and momentum in Streaming Memory, it trains as the
+    reference does, its traffic in the profile."""
+    one_tile = ipulab.devices.ipu("bow", tiles_per_ipu=1)
+    with pytest.raises(ipulab.errors.TileMemoryError, match="does not fit"):
+        nn.Trainer(wide_mlp(), one_tile, batch_size=4, lr=0.05, momentum=0.9,
+                   input_shape=(1, 8, 8))
+    tr = nn.Trainer(wide_mlp(), one_tile, batch_size=4, lr=0.05, momentum=0.9, seed=3,
+                    phases=3)
+    assert tr.config.state_off_chip
+    check_against_reference(tr, digits, 0.05, 0.9)
+    prof = tr.profile()
+    n = tr.model.num_parameters()
+    # weights loaded twice (forward, backward) and stored once; velocity loaded and stored
+    assert prof.streaming_bytes == 4 * n * (3 + 2)
+    names = [r.name for r in prof.steps if r.kind == "remote_copy"]
+    assert names[:3] == ["phase0/forward/load", "phase1/forward/load", "phase2/forward/load"]
+    assert names[-1] == "phase0/store" and prof.streaming_cycles > 0
+    assert prof.liveness()["peak_tile"].max() <= prof.bytes_per_tile
+    stored = tr.engine.read_remote_buffer("phase1/weights")
+    np.testing.assert_array_equal(stored[0], tr.get_weights()["3.weight"].ravel().tolist()
+                                  + tr.get_weights()["3.bias"].tolist())
+
+
+def test_phases_with_replicas_and_tensor_parallel(digits, bow2000):
+    """phases x off-chip state x 2 replicas x t = 2, with recompute."""
+    tr = nn.Trainer(mlp(), bow2000, replicas=2, batch_size=4, lr=0.1, momentum=0.9, seed=1,
+                    phases=2, tensor_parallel=2, recompute=True, optimizer_state="off-chip")
+    check_against_reference(tr, digits, 0.1, 0.9)
+    assert [tr.engine.read_remote_buffer(f"phase{i}/weights").shape for i in (0, 1)] == \
+        [(2, 1, 64 * 65), (2, 1, 10 * 65)]
+
+
+def test_phases_are_cut_at_layers_with_weights():
+    cut = (lambda k: nn.TrainConfig(phases=k).phase_spans(wide_mlp()))
+    assert cut(1) is None
+    assert cut(2) == [(0, 3), (3, 6)] and cut(3) == [(0, 3), (3, 5), (5, 6)]
+    with pytest.raises(ConfigError, match="phases must be at most the model's 3 layers with "
+                                          "weights"):
+        cut(4)
+    with pytest.raises(ConfigError, match="phases cuts the model's 6 layers: at most 6"):
+        nn.TrainConfig(phases=7).check(6, ipulab.devices.ipu("bow", 4).target)
+    with pytest.raises(ConfigError, match="does not combine with pipeline="):
+        nn.TrainConfig(phases=2, pipeline=[3])
+    with pytest.raises(ConfigError, match="does not combine with rts=True"):
+        nn.TrainConfig(phases=2, rts=True, replicas=2)

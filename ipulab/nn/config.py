@@ -81,6 +81,12 @@ class TrainConfig:
     tensor_parallel: t IPUs per pipeline stage, each holding 1/t of every Conv2d's and
     Linear's output channels (features) and computing them; a replica then uses
     t x num_stages IPUs, and t x p x r IPUs in all (nn/tensor_parallel.py).
+    phases: k > 1 runs the model as k phases (contiguous layers, about equal weights each)
+    whose weights and optimizer state live in Streaming Memory, loaded before each phase's
+    forward and backward and stored after its update (nn/phased.py), the optimizer state too
+    (whatever optimizer_state says); 1: not phased. At most
+    one phase per layer with weights; not with pipeline= (phases run one after another on
+    the same IPUs instead) nor, on this simulator, with rts.
     """
 
     replicas: int | None = 1
@@ -100,6 +106,7 @@ class TrainConfig:
     optimizer_state: str = "on-chip"
     rts: bool = False
     tensor_parallel: int = 1
+    phases: int = 1
 
     def __post_init__(self):
         fix = (lambda name, value: object.__setattr__(self, name, value))
@@ -109,6 +116,13 @@ class TrainConfig:
         fix("seed", _int(self.seed, "seed", 0))
         fix("epochs", _int(self.epochs, "epochs"))
         fix("tensor_parallel", _int(self.tensor_parallel, "tensor_parallel"))
+        fix("phases", _int(self.phases, "phases"))
+        if self.phases > 1 and self.pipeline is not None:
+            raise ConfigError("phases", "runs the phases one after another on the same IPUs: "
+                              "it does not combine with pipeline=", self.phases)
+        if self.phases > 1 and self.rts:
+            raise ConfigError("phases", "keeps each phase's weights whole in Streaming Memory: "
+                              "it does not combine with rts=True on this simulator", self.phases)
         fix("recompute", bool(self.recompute))
         fix("rts", bool(self.rts))
         self._check_rts()
@@ -192,9 +206,10 @@ class TrainConfig:
 
     @property
     def state_off_chip(self) -> bool:
-        """Whether optimizer state goes to Streaming Memory: asked for, and there is some
-        (SGD keeps a velocity only with momentum)."""
-        return self.optimizer_state == "off-chip" and self.momentum > 0
+        """Whether optimizer state goes to Streaming Memory: asked for, or phased (a phase's
+        state streams with its weights), and there is some (SGD keeps a velocity only with
+        momentum)."""
+        return (self.optimizer_state == "off-chip" or self.phases > 1) and self.momentum > 0
 
     @property
     def dtype(self):
@@ -235,6 +250,9 @@ class TrainConfig:
                 f"replica ({target.num_ipus} IPU(s) over {r} replica(s); a replica needs "
                 f"t x p = {t * self.num_stages})"), t)
         ipus //= t
+        if self.phases > num_layers:
+            raise ConfigError("phases", f"cuts the model's {num_layers} layers: at most "
+                              f"{num_layers}", self.phases)
         if isinstance(self.pipeline, int):
             if self.pipeline > min(ipus, num_layers):
                 raise GraphError(f"TrainConfig: pipeline={self.pipeline} stages needs "
@@ -250,6 +268,22 @@ class TrainConfig:
         if isinstance(self.pipeline, int):
             return balanced_cuts(model, sample_shape, self.pipeline)
         return None if self.pipeline is None else list(self.pipeline)
+
+    def phase_spans(self, model) -> list[tuple[int, int]] | None:
+        """[(lo, hi)] layers of each phase, cut where the weights balance, each phase from a
+        layer with weights on (None: not phased); ConfigError if the model has fewer layers
+        with weights than phases."""
+        if self.phases == 1:
+            return None
+        weights = [sum(int(np.prod(s)) for s in layer.param_shapes().values())
+                   for layer in model.layers]
+        starts = [i for i, w in enumerate(weights) if w]
+        if self.phases > len(starts):
+            raise ConfigError("phases", f"must be at most the model's {len(starts)} layers "
+                              f"with weights (every phase streams some)", self.phases)
+        cuts = balanced_cuts(model, None, self.phases, weights, starts[1:], "phases")
+        edges = [0, *cuts, len(model)]
+        return list(zip(edges[:-1], edges[1:]))
 
     def batch_fits(self, batch_size: int, samples: int, replicas: int | None = None) -> bool:
         """Whether one global batch of batch_size per replica fits in `samples` and splits

@@ -35,7 +35,7 @@ class SGD:
             raise GraphError(f"SGD: momentum must be in [0, 1), not {momentum!r}")
         self.lr, self.momentum = float(lr), float(momentum)
         self.velocity = None           # the on-chip velocity tensor (with momentum)
-        self.velocity_buffer = None    # its remote buffer, when the state is off-chip
+        self.state_buffers = []        # the remote buffers of every off-chip velocity built
 
     def build(self, graph, weights, grads, seq, name: str = "sgd",
               grad_scale: float = 1.0, off_chip: bool = False) -> None:
@@ -51,14 +51,14 @@ class SGD:
         if self.momentum:
             self.velocity = v = graph.clone(weights, f"{name}/velocity")
             if off_chip:
-                self.velocity_buffer = graph.add_remote_buffer(f"{name}/velocity", FLOAT,
-                                                               v.num_elements())
-                seq.add(prog.Copy(self.velocity_buffer, v, name=f"{name}/velocity/load"))
+                buffer = graph.add_remote_buffer(f"{name}/velocity", FLOAT, v.num_elements())
+                self.state_buffers.append(buffer)
+                seq.add(prog.Copy(buffer, v, name=f"{name}/velocity/load"))
             popops.map_in_place(graph, _1 * self.momentum + g, [v, grads], seq,
                                 f"{name}/momentum")
             popops.scaled_add_to(graph, weights, v, -self.lr, seq, f"{name}/update")
             if off_chip:
-                seq.add(prog.Copy(v, self.velocity_buffer, name=f"{name}/velocity/store"))
+                seq.add(prog.Copy(v, buffer, name=f"{name}/velocity/store"))
         elif plain:
             popops.scaled_add_to(graph, weights, grads, -self.lr, seq, f"{name}/update")
         else:

@@ -58,25 +58,33 @@ def stage_spans(pipeline, num_layers: int, ipus: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:]))
 
 
-def balanced_cuts(model, sample_shape, stages: int) -> list[int]:
-    """Boundaries that cut the model into `stages` contiguous stages of about equal work (the
-    largest stage as small as possible), never between a Conv2d or Linear and the ReLU folded
-    into it. Work per layer: multiply-adds for Conv2d and Linear (kernel or input size times
+def layer_work(model, sample_shape) -> list[int]:
+    """Work per layer: multiply-adds for Conv2d and Linear (kernel or input size times
     outputs), output elements for the rest."""
-    shapes = model.shapes(sample_shape)
     work = []
-    for layer, out in zip(model.layers, shapes[1:]):
+    for layer, out in zip(model.layers, model.shapes(sample_shape)[1:]):
         n = int(np.prod(out))
         if isinstance(layer, Conv2d):
             n *= layer.in_channels * int(np.prod(layer.kernel_size))
         elif isinstance(layer, Linear):
             n *= layer.in_features
         work.append(n)
+    return work
+
+
+def balanced_cuts(model, sample_shape, stages: int, work=None, allowed=None,
+                  what: str = "pipeline") -> list[int]:
+    """Boundaries that cut the model into `stages` contiguous stages of about equal work (the
+    largest stage as small as possible), never between a Conv2d or Linear and the ReLU folded
+    into it. work: a cost per layer (default: layer_work); allowed: the layers a stage may
+    begin at (default: all but a folded ReLU); what: the option, for messages."""
+    work = layer_work(model, sample_shape) if work is None else list(work)
     L = len(work)
-    allowed = [i for i in range(1, L) if not (model.layers[i - 1].fuses_relu and
-                                              isinstance(model.layers[i], ReLU))]
+    if allowed is None:
+        allowed = [i for i in range(1, L) if not (model.layers[i - 1].fuses_relu and
+                                                  isinstance(model.layers[i], ReLU))]
     if stages - 1 > len(allowed):
-        raise GraphError(f"TrainConfig: pipeline={stages} stages, but this model of {L} layers can "
+        raise GraphError(f"TrainConfig: {what}={stages} stages, but this model of {L} layers can "
                          f"be cut in only {len(allowed) + 1} stages")
     prefix = np.concatenate([[0], np.cumsum(work)])
     edges = [0, *allowed, L]
@@ -220,5 +228,5 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
     return StepResult(loss.reshape([1]), correct.reshape([1]), accumulators)
 
 
-__all__ = ["Stage", "StepResult", "stage_spans", "balanced_cuts", "make_stages", "stage_of", "pipelined_step",
+__all__ = ["Stage", "StepResult", "stage_spans", "balanced_cuts", "layer_work", "make_stages", "stage_of", "pipelined_step",
            "pipelined_forward"]

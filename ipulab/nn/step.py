@@ -24,6 +24,7 @@ from .build import all_reduce_gradients, build_backward, build_forward, flat, sp
     uses_dropout
 from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
     stage_spans
+from .phased import Phases
 from .sharding import ShardedWeights
 
 TRAIN, EVAL = 0, 1          # program indices in the engine
@@ -53,18 +54,10 @@ class StepGraph:
         poputil.map_tensor_linearly(self.home(0), self.x)
         poputil.map_tensor_linearly(self.home(len(model) - 1), self.labels)
         self.params, self.weights = {}, {}
-        for key, shape in model.param_shapes().items():
-            index, name = key.split(".")
-            t = g.add_variable(FLOAT, list(shape), key)
-            if config.tensor_parallel > 1:
-                tensor_parallel.map_weight(self.home(int(index)), t, config.tensor_parallel)
-            else:
-                poputil.map_tensor_linearly(self.home(int(index)), t)
-            if not config.rts:
-                g.create_host_write(f"write/{key}", t)
-                g.create_host_read(f"read/{key}", t)
-            self.params.setdefault(int(index), {})[name] = t
-            self.weights[key] = t
+        spans = config.phase_spans(model)
+        self.phases = spans and Phases(self.group, model, spans, dt, t)   # (weights off-chip)
+        if not spans:
+            self._add_weights(model.param_shapes())
         self.sharded = ShardedWeights(g, self.weights) if config.rts and self.weights else None
         self.gather = prog.Sequence(name="weights all-gather")
         if self.sharded:
@@ -75,6 +68,22 @@ class StepGraph:
             g.set_tile_mapping(self.seed, 0)
             g.create_host_write("write/dropout/seed", self.seed)
         self.to_half = self._half_weights()
+
+    def _add_weights(self, shapes: dict) -> None:
+        """The weights as variables where their layers live (host handles unless RTS)."""
+        g, cfg = self.g, self.config
+        for key, shape in shapes.items():
+            index, name = key.split(".")
+            w = g.add_variable(FLOAT, list(shape), key)
+            if cfg.tensor_parallel > 1:
+                tensor_parallel.map_weight(self.home(int(index)), w, cfg.tensor_parallel)
+            else:
+                poputil.map_tensor_linearly(self.home(int(index)), w)
+            if not cfg.rts:
+                g.create_host_write(f"write/{key}", w)
+                g.create_host_read(f"read/{key}", w)
+            self.params.setdefault(int(index), {})[name] = w
+            self.weights[key] = w
 
     def home(self, layer: int):
         """The graph a layer lives on: its pipeline stage's IPU(s), or the whole replica (its
@@ -127,23 +136,27 @@ class StepGraph:
                                   shards=cfg.tensor_parallel)
             train.add(body)
         else:
-            step = self._plain_step(train, grad_scale)
+            step = self._plain_step(train, grad_scale, optimizer)
         train.add(self._update(step, optimizer))
         train.add(prog.Copy(step.loss, f_loss))
         train.add(prog.Copy(step.correct, f_correct))
         return train
 
-    def _plain_step(self, train, grad_scale) -> StepResult:
+    def _plain_step(self, train, grad_scale, optimizer) -> StepResult:
+        """Forward, loss and backward of the whole batch (phase by phase when phased: then
+        each phase's update is in its backward, and no gradients are left to apply)."""
         g = self.g
         self.forward, self.loss_seq = prog.Sequence(name="forward"), prog.Sequence(name="loss")
-        self.logits, builds = build_forward(self.group, self.model, self.x, self.params,
-                                            self.forward, train=True, seed=self.seed,
-                                            shards=self.config.tensor_parallel)
+        self.logits, builds = self._forward(self.forward, train=True)
         self.loss = popnn.calc_loss(g, self.logits, self.labels, self.loss_seq, name="loss",
                                     num_correct=True, grad_scale=grad_scale)
         backward = prog.Sequence(name="backward")
-        grads, _ = build_backward(self.group, builds, self.loss.grad, backward,
-                                  recompute=self.config.recompute)
+        if self.phases:
+            grads = {}
+            self.phases.backward(builds, self.loss.grad, backward, optimizer, self.config)
+        else:
+            grads, _ = build_backward(self.group, builds, self.loss.grad, backward,
+                                      recompute=self.config.recompute)
         for p in (self.forward, self.loss_seq, backward):
             train.add(p)
         return StepResult(self.loss.loss.reshape([1]), self.loss.num_correct.reshape([1]),
@@ -163,11 +176,18 @@ class StepGraph:
                 optimizer.build(g, flat([self.weights[k] for k in keys]),
                                 all_reduce_gradients(g, grads, update, cfg.replicas), update,
                                 grad_scale=1.0 / cfg.scale, off_chip=cfg.state_off_chip)
-            if optimizer.velocity is not None and optimizer.velocity_buffer is None:
+            if optimizer.velocity is not None and not optimizer.state_buffers:
                 g.create_host_write("write/sgd/velocity", optimizer.velocity)
         if self.seed is not None:      # next step, next masks
             popops.map_in_place(g, _1 + 1, [self.seed.slice(0, 1)], update, "dropout/next_seed")
         return update
+
+    def _forward(self, seq, train: bool, prefix: str = ""):
+        """The whole forward pass without a pipeline (phase by phase when phased)."""
+        if self.phases:
+            return self.phases.forward(self.model, self.x, seq, train, self.seed, prefix)
+        return build_forward(self.group, self.model, self.x, self.params, seq, train=train,
+                             seed=self.seed, prefix=prefix, shards=self.config.tensor_parallel)
 
     # --- program 1 -------------------------------------------------------------------------
     def evaluation_program(self):
@@ -188,9 +208,7 @@ class StepGraph:
                                              prefix="eval/", shards=self.config.tensor_parallel)
                 logits = concat(parts)
             else:
-                logits, _ = build_forward(self.group, self.model, self.x, self.params, ev,
-                                          train=False, prefix="eval/",
-                                          shards=self.config.tensor_parallel)
+                logits, _ = self._forward(ev, train=False, prefix="eval/")
             loss = popnn.calc_loss(self.home(len(self.model) - 1), logits, self.labels, ev,
                                    name="eval/loss", num_correct=True)
         pred = popnn.arg_max(self.g, logits, ev, "predictions")

@@ -101,8 +101,9 @@ def backward(b, dy):
     bounds = split_bounds(b.param("weight").shape[0], b.shards)
     dys = _to_shards(b, [dy.slice(lo, hi, 1) for lo, hi in bounds], "output_grad")
     parts, dxs = [], []
-    for sub, dyi in zip(b.sub, dys):
+    for sub, dyi, (lo, hi) in zip(b.sub, dys, bounds):
         sub.seq, sub.need_dx = prog.Sequence(), b.need_dx
+        sub.params = {k: v.slice(lo, hi, 0) for k, v in b.params.items()}  # (phases swap them)
         dxs.append(b.layer.backward(sub, dyi))
         parts.append(sub.seq)
     b.seq.add(parallel(b.graph, parts, b.name("shards backward")))

@@ -59,7 +59,7 @@ class Trainer:
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
     micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
-    ("on-chip" or "off-chip"), rts and tensor_parallel; or config= a TrainConfig. device: where to
+    ("on-chip" or "off-chip"), rts, tensor_parallel and phases; or config= a TrainConfig. device: where to
     train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
     and compile now rather than at the first fit/evaluate/predict. options: Engine options
     (e.g. checked codelets).
@@ -70,7 +70,7 @@ class Trainer:
                  pipeline=None, recompute: bool = False, seed: int = 0, input_shape=None,
                  loss_scaling: float | None = None, options: dict | None = None,
                  micro_batches: int | None = None, optimizer_state: str = "on-chip",
-                 rts: bool = False, tensor_parallel: int = 1,
+                 rts: bool = False, tensor_parallel: int = 1, phases: int = 1,
                  config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
@@ -78,7 +78,8 @@ class Trainer:
             replicas=replicas, batch_size=batch_size, lr=lr, momentum=momentum,
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
             loss_scaling=loss_scaling, micro_batches=micro_batches,
-            optimizer_state=optimizer_state, rts=rts, tensor_parallel=tensor_parallel))
+            optimizer_state=optimizer_state, rts=rts, tensor_parallel=tensor_parallel,
+            phases=phases))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
@@ -92,7 +93,7 @@ class Trainer:
         if not model.initialized:
             model.reset_parameters(self.config.seed)
         self.history = {"loss": [], "accuracy": [], "cycles": [], "images_per_second": []}
-        self.graph = self.engine = self.sharded = None
+        self.graph = self.engine = self.sharded = self.phases = None
         self.input_shape = None
         self.step_profile = None       # the Profile of the first training step run
         if input_shape is not None:
@@ -137,7 +138,7 @@ class Trainer:
         engine = self._compile(step.g, programs)
         engine.load(self.device)
         self.graph, self.engine, self.input_shape = step.g, engine, sample_shape
-        self.classes, self.sharded = step.classes, step.sharded
+        self.classes, self.sharded, self.phases = step.classes, step.sharded, step.phases
         self._write_weights(self.model.state_dict())
         if step.seed is not None:
             self._write("write/dropout/seed", np.array(
@@ -190,14 +191,17 @@ class Trainer:
     def _write_weights(self, weights: dict) -> None:
         if self.sharded is not None:          # RTS: replica i gets shard i
             self.engine.write_tensor("write/weights/shard", self.sharded.to_shards(weights))
+        elif self.phases:                     # phased: every replica's Streaming Memory
+            for name, value in self.phases.to_buffers(weights).items():
+                self.engine.write_remote_buffer(name, np.tile(value, self.replicas))
         else:
             for key, value in weights.items():
                 self._write(f"write/{key}", value)
         v = self.optimizer.velocity                    # a fresh start: no momentum yet
-        if self.optimizer.velocity_buffer is not None:
-            self.engine.write_remote_buffer(self.optimizer.velocity_buffer.name, np.zeros(
-                self.replicas * v.num_elements(), np.float32))
-        elif v is not None:
+        for buffer in self.optimizer.state_buffers:
+            self.engine.write_remote_buffer(buffer.name, np.zeros(
+                self.replicas * buffer.num_elements, np.float32))
+        if v is not None and not self.optimizer.state_buffers:
             self._write("write/sgd/velocity", np.zeros(v.num_elements(), np.float32))
 
     # --- data ---------------------------------------------------------------------------------
@@ -337,6 +341,10 @@ class Trainer:
             return self.model.state_dict()
         if self.sharded is not None:
             return self.sharded.from_shards(self.engine.read_tensor("read/weights/shard"))
+        if self.phases:          # replica 0's row of each phase's buffer
+            return self.phases.from_buffers({b.name: self.engine.read_remote_buffer(b.name)
+                                             .reshape(-1, b.num_elements)[0]
+                                             for b in self.phases.buffers if b is not None})
         return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
 
     def set_weights(self, weights: dict) -> None:
