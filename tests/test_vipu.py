@@ -57,11 +57,17 @@ def test_allocations_from_specs_and_pod64(db):
     (["a=0-4"], "machines 0 to 3"),                # a Pod16 has machines 0-3
     (["a=2-1"], "empty"),
     (["a"], "NAME=MACHINES"),
-    (["a=0:bad user"], "user name"),
 ])
 def test_bad_allocations_are_refused(db, allocations, words):
     with pytest.raises(errors.AllocationError, match=words):
         vipu.connect(db, user="alice").init("pod16", allocations=allocations)
+
+
+def test_user_names_are_checked(db):
+    with pytest.raises(errors.VipuError, match="a user name is"):
+        vipu.connect(db, user="bad user").init("pod16", allocations=["a=0:bad user"])
+    with pytest.raises(errors.VipuError, match="a user name is"):
+        vipu.connect(db, user="")
 
 
 def test_unknown_system(db):

@@ -153,3 +153,14 @@ def test_ipulab_train_on_a_partition(vipu, capsys, monkeypatch):
     code = main(["train", "--partition", "p", "--db", vipu.db, "--epochs", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "no partition 'p' visible to user 'bob'" in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["create", "partition", "p"], "--size"),                          # missing
+    (["create", "partition", "p", "--size", "2", "--sync-type", "fast"], "unknown sync type"),
+    (["list", "everything"], "invalid choice"),
+    (["create", "volume", "v"], "invalid choice"),
+])
+def test_usage_errors_are_one_line_too(vipu, args, words):
+    vipu("init", "--system", "pod16")
+    refused(vipu(*args), *words)

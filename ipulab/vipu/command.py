@@ -11,6 +11,7 @@ Every refusal is one line on stderr naming the rule, and exit code 1; never a tr
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -21,6 +22,13 @@ MACHINES_HELP = ("NAME=MACHINES[:USER]: the Pod's machines (Bow-2000s of 4 IPUs,
                  "0) granted to USER (default: everyone); MACHINES is one machine (2) or a "
                  "range FIRST-LAST (0-1 = IPUs 0-7). Repeat for several allocations; none: the "
                  "whole Pod to everyone, as allocation 'all'")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error as one line on stderr (exit code 2), like every refusal of the command."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def add_parser(subparsers) -> None:
@@ -35,7 +43,7 @@ def add_parser(subparsers) -> None:
                    help="the state file (default: $IPULAB_VIPU_DB, else ~/.ipulab/vipu.sqlite)")
     v.add_argument("--user", default=None, metavar="NAME",
                    help="act as this user (default: $IPULAB_USER, else the login name)")
-    sub = v.add_subparsers(dest="vipu_action", metavar="ACTION")
+    sub = v.add_subparsers(dest="vipu_action", metavar="ACTION", parser_class=OneLineParser)
     init = sub.add_parser("init", help="set up the cluster: a Pod and its allocations")
     init.add_argument("--system", default="pod16",
                       help="pod16, pod64, pod128, pod256 (Bow) or m2000-podN; default pod16")
@@ -47,7 +55,7 @@ def add_parser(subparsers) -> None:
                         "(default: the first of yours with room)")
     create.add_argument("--reconfigurable", action="store_true",
                         help="a reconfigurable partition (needs sync type c2-compatible)")
-    create.add_argument("--sync-type", default=None, choices=SYNC_TYPES,
+    create.add_argument("--sync-type", default=None, metavar="|".join(SYNC_TYPES),
                         help="default pod-native-default; c2-compatible if --reconfigurable")
     create.add_argument("--gcds", default="1", help="graph compilation domains (default 1)")
     _object(sub, "remove", "remove one of your partitions")

@@ -20,7 +20,8 @@ import numpy as np
 
 from .. import arch
 from ..errors import (AllocationError, NoFreeIpusError, PartitionNameError, PartitionOwnerError,
-                      PartitionSizeError, StateError, SyncTypeError, UnknownPartitionError)
+                      PartitionSizeError, StateError, SyncTypeError, UnknownPartitionError,
+                      VipuError)
 from .blocks import find_block
 from .partition import EVERYONE, Allocation, Partition, scrub
 from .state import Store
@@ -192,8 +193,9 @@ class Controller:
         return p.with_shared(shared)
 
     def _owned(self, name: str, parts: list[Partition], verb: str) -> Partition:
-        p = self._visible(name, parts) if all(p.name != name for p in parts) else \
-            next(p for p in parts if p.name == name)
+        """The partition of that name, if this user created it (one they cannot see is
+        UnknownPartitionError only if it does not exist at all: they are told whose it is)."""
+        p = next((p for p in parts if p.name == name), None) or self._visible(name, parts)
         if p.user != self.user:
             raise PartitionOwnerError(f"user {self.user!r} cannot {verb} partition {name!r}: "
                                       f"only its creator {p.user!r} can")
@@ -203,7 +205,7 @@ class Controller:
 # --- the rules, as functions of a snapshot ---------------------------------------------------------
 def _checked_user(user) -> str:
     if not isinstance(user, str) or not NAME.match(user):
-        raise AllocationError(f"a user name is 1 to 64 letters, digits, '_', '.' or '-', "
+        raise VipuError(f"a user name is 1 to 64 letters, digits, '_', '.' or '-', "
                               f"not {user!r}")
     return user
 

@@ -46,7 +46,8 @@ class Store:
     def __init__(self, path=None, timeout: float = 10.0):
         """path: the SQLite file (default: default_path()); timeout: seconds to wait for
         another process's transaction before giving up with StateError."""
-        self.path = Path(path).expanduser() if path is not None else default_path()
+        path = Path(path).expanduser() if path is not None else default_path()
+        self.path = path.absolute()      # one file, one name: how devices are found again
         self.timeout = float(timeout)
 
     def __repr__(self) -> str:
