@@ -573,3 +573,41 @@ wrong("ex09.fast_step", API_MISUSE, "more stages than a replica has IPUs",
 wrong("ex09.fast_step", WRONG_VALUE, "a bigger global batch",
       "a global batch of 1,024 images per step", "fixes it at 256")(
     {"replicas": 4, "batch_size": 256, "precision": "fp16"})
+
+
+# --- ex11 ------------------------------------------------------------------------------------
+wrong("ex11.place", MISCONCEPTION, "in the order asked: a small one takes the big block",
+      "after creating ['a'], b (8 IPUs) was refused", "NoFreeIpusError", "aligned block")(
+    lambda requests, free: [(name, size, None) for name, size in requests])
+wrong("ex11.place", API_MISUSE, "leaves out the last request", "create each one once")(
+    lambda requests, free: [(name, size) for name, size in
+                            sorted(requests, key=lambda r: -r[1])][:-1])
+wrong("ex11.place", WRONG_VALUE, "everything in the first allocation",
+      "a (2 IPUs, in ours) was refused", "free: ours: IPUs none")(
+    lambda requests, free: [(name, size, next(iter(free))) for name, size in
+                            sorted(requests, key=lambda r: -r[1])])
+
+_OUTCOMES = {"six": "PartitionSizeError", "eight": "NoFreeIpusError", "four": "created",
+             "theirs": "AllocationError", "again": "PartitionNameError",
+             "remove": "PartitionOwnerError", "whole pod": "AllocationError"}
+wrong("ex11.refusal", MISCONCEPTION, "16 IPUs read as a bad size",
+      "1 of 7 outcomes differ", "'whole pod': you said PartitionSizeError, the controller says "
+      "AllocationError", "cannot span allocations")({**_OUTCOMES, "whole pod": "PartitionSizeError"})
+wrong("ex11.refusal", MISCONCEPTION, "counts free IPUs, not aligned blocks",
+      "'eight': you said created", "counting free IPUs is not enough")(
+    {**_OUTCOMES, "eight": "created"})
+wrong("ex11.refusal", API_MISUSE, "a label left out", "outcomes should be a dict with the labels")(
+    {k: v for k, v in _OUTCOMES.items() if k != "remove"})
+
+_STARTS = {"J1": 0, "J2": 0, "J3": 120, "J4": 20, "J5": 150, "J6": 60}
+wrong("ex11.schedule", MISCONCEPTION, "the FIFO schedule", "that is the FIFO schedule")(
+    {**_STARTS, "J4": 150, "J6": 150})
+wrong("ex11.schedule", MISCONCEPTION, "backfills a job past the head's reservation",
+      "J5: you said 50", "cannot start at 50", "J3's reservation")({**_STARTS, "J5": 50})
+wrong("ex11.schedule", OFF_BY_ONE, "J6 when it arrives, before J1 has ended",
+      "J6: you said 40", "cannot start at 40")({**_STARTS, "J6": 40})
+wrong("ex11.min_wait", TOO_SLOW, "first come, first served", "too slow", "2.21× par",
+      "the longest wait")({"policy": "fifo"})
+wrong("ex11.min_wait", TOO_SLOW, "backfill alone", "too slow", "1.81× par")({"policy": "backfill"})
+wrong("ex11.min_wait", API_MISUSE, "a policy the scheduler does not have",
+      "is not one of fifo, backfill, fair")({"policy": "sjf"})

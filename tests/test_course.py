@@ -29,14 +29,17 @@ def progress_file(tmp_path, monkeypatch):
 # --- the registry ------------------------------------------------------------------------------
 def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
     sets = registry.sets()
-    assert sorted(sets) == [f"ex0{i}" for i in range(1, 10)]
+    bank = ROOT / "ipulab" / "course" / "bank"            # one set per module, setNN_... -> exNN
+    assert sorted(sets) == [f"ex{p.name[3:5]}" for p in sorted(bank.glob("set[0-9][0-9]_*.py"))]
+    assert {f"ex{i:02d}" for i in (*range(1, 10), 11)} <= set(sets)
     for sid, s in sets.items():
         qs = registry.questions(sid)
         kinds = {q.kind for q in qs}
         assert 3 <= len(qs) <= 6, sid
-        assert kinds & {"codelet", "graph", "profile"}, f"{sid}: no code to write"
+        assert kinds & {"codelet", "graph", "profile", "system"}, f"{sid}: no code to write"
         assert "predict" in kinds, f"{sid}: nothing to predict"
-        assert any(q.kind == "performance" and q.par and q.par.cycles for q in qs), sid
+        assert any(q.kind == "performance" and q.par and (q.par.cycles or q.par.seconds)
+                   for q in qs), sid
         assert all(q.id.startswith(sid + ".") and q.statement and 2 <= len(q.hints) <= 3
                    for q in qs)
 
@@ -218,6 +221,27 @@ def test_training_checks_accept_other_correct_answers(capsys):
     assert out.count("✓ ex09.") == 5 and "1.00× par" in out
 
 
+def test_sharing_checks_accept_other_correct_answers(capsys):
+    """Set 11 grades what the controller and the scheduler do, not one way of saying it."""
+    from ipulab.course.bank.set11_sharing_a_pod import DAY
+
+    def roomiest_first(requests, free):      # explicit allocations: the one with most room
+        room, steps = {a: len(ipus) for a, ipus in free.items()}, []
+        for name, size in sorted(requests, key=lambda r: -r[1]):
+            alloc = max(room, key=room.get)
+            room[alloc] -= size
+            steps.append([name, size, alloc])
+        return steps
+
+    small_first = {j.name: 16 // j.ipus for j in DAY}       # fewer IPUs, higher priority
+    assert check("ex11.place", roomiest_first)
+    assert check("ex11.schedule", {"J1": 0.0, "J2": 0, "J3": 120.0, "J4": 20, "J5": 150,
+                                   "J6": 60.0})
+    assert check("ex11.min_wait", {"policy": "backfill", "priorities": small_first})
+    out = capsys.readouterr().out
+    assert out.count("✓ ex11.") == 3 and "1.04× par" in out
+
+
 def test_a_training_configuration_that_overflows_is_explained():
     from ipulab import data, devices, nn
     from ipulab.course.bank import set09_bow2000_training as set09
@@ -394,6 +418,8 @@ def test_course_check_passes_the_solutions(graded):
             par = registry.get(qid).par
             if par and par.cycles:              # par is what the reference solution achieves
                 assert q["metrics"]["cycles"] == par.cycles, qid
+            if par and par.seconds:
+                assert q["metrics"]["seconds"] == par.seconds, qid
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXERCISES.glob("*.ipynb")))
