@@ -255,5 +255,21 @@ def test_phases_are_cut_at_layers_with_weights():
         nn.TrainConfig(phases=7).check(6, ipulab.devices.ipu("bow", 4).target)
     with pytest.raises(ConfigError, match="does not combine with pipeline="):
         nn.TrainConfig(phases=2, pipeline=[3])
-    with pytest.raises(ConfigError, match="does not combine with rts=True"):
-        nn.TrainConfig(phases=2, rts=True, replicas=2)
+
+
+def test_phases_with_rts(digits, bow2000):
+    """Phased and sharded (GPT-3's mapping, small): each replica streams its shard of a
+    phase's weights and momentum, all-gathers the weights after loading them and
+    reduce-scatters the gradients."""
+    tr = nn.Trainer(mlp(), bow2000, replicas=4, batch_size=4, lr=0.1, momentum=0.9, seed=4,
+                    phases=2, rts=True)
+    check_against_reference(tr, digits, 0.1, 0.9)
+    e, n0 = tr.engine, 64 * 65
+    assert e.read_remote_buffer("phase0/weights").shape == (4, 1, n0 // 4)
+    assert e.read_remote_buffer("phase1/weights").shape == (4, 1, 163)       # 650 -> 4 x 163
+    assert e.read_remote_buffer("phase1/sgd/velocity").shape == (4, 1, 163)
+    prof = tr.profile()
+    names = {r.name.split("/")[1] for r in prof.steps if r.kind == "cross_replica_copy"}
+    assert names == {"weights", "forward", "grads"}     # gathers (both passes), reduce-scatters
+    # every replica streams a quarter of the weights (loaded twice, stored once) and momentum
+    assert prof.streaming_bytes == 4 * 4 * (n0 // 4 + 163) * (3 + 2)

@@ -84,9 +84,9 @@ class TrainConfig:
     phases: k > 1 runs the model as k phases (contiguous layers, about equal weights each)
     whose weights and optimizer state live in Streaming Memory, loaded before each phase's
     forward and backward and stored after its update (nn/phased.py), the optimizer state too
-    (whatever optimizer_state says); 1: not phased. At most
-    one phase per layer with weights; not with pipeline= (phases run one after another on
-    the same IPUs instead) nor, on this simulator, with rts.
+    (whatever optimizer_state says), sharded over the replicas with rts; 1: not phased. At
+    most one phase per layer with weights; not with pipeline= (the phases run one after
+    another on the same IPUs instead).
     """
 
     replicas: int | None = 1
@@ -120,9 +120,6 @@ class TrainConfig:
         if self.phases > 1 and self.pipeline is not None:
             raise ConfigError("phases", "runs the phases one after another on the same IPUs: "
                               "it does not combine with pipeline=", self.phases)
-        if self.phases > 1 and self.rts:
-            raise ConfigError("phases", "keeps each phase's weights whole in Streaming Memory: "
-                              "it does not combine with rts=True on this simulator", self.phases)
         fix("recompute", bool(self.recompute))
         fix("rts", bool(self.rts))
         self._check_rts()

@@ -34,23 +34,23 @@ from ..poplar import FLOAT, HALF
 from ..poplar import program as prog
 from . import tensor_parallel
 from .build import all_reduce_gradients, build_backward, build_forward, flat, split
+from .sharding import ShardedWeights
 
 
 class Phases:
     """The phases of a model on graph g: their spans, remote buffers and working copies.
 
-    spans: [(lo, hi)] layer ranges; dtype: HALF to run the layers on half copies; shards:
-    tensor parallelism (each layer's rows mapped on its shards' IPUs)."""
+    spans: [(lo, hi)] layer ranges, each with weights; dtype: HALF to run the layers on half
+    copies; shards: tensor parallelism (each layer's rows mapped on its shards' IPUs); rts:
+    each replica's buffer holds its shard of the phase's weights (sharding.py), all-gathered
+    into the working copies after loading, the gradients reduce-scattered for the update."""
 
-    def __init__(self, g, model, spans, dtype, shards: int = 1):
+    def __init__(self, g, model, spans, dtype, shards: int = 1, rts: bool = False):
         self.g, self.spans, self.dtype, self.shards = g, spans, dtype, shards
-        shapes = model.param_shapes()
+        self.shapes = shapes = model.param_shapes()
         self.keys = [[k for k in shapes if lo <= int(k.split(".")[0]) < hi] for lo, hi in spans]
-        self.shapes = shapes
-        self.buffers, self.copies = [], {}
+        self.buffers, self.copies, self.sharded = [], {}, {}
         for i, keys in enumerate(self.keys):
-            n = sum(int(np.prod(shapes[k])) for k in keys)
-            self.buffers.append(g.add_remote_buffer(f"phase{i}/weights", FLOAT, n) if n else None)
             for side in ("forward", "backward"):
                 for k in keys:
                     v = g.add_variable(FLOAT, list(shapes[k]), f"phase{i}/{side}/{k}")
@@ -59,19 +59,32 @@ class Phases:
                     else:
                         poputil.map_tensor_linearly(g, v)
                     self.copies[side, k] = v
+                if rts:
+                    prefix = f"phase{i}/" + ("forward/" if side == "forward" else "")
+                    self.sharded[i, side] = ShardedWeights(
+                        g, {k: self.copies[side, k] for k in keys}, prefix, host=False)
+            n = self.sharded[i, "backward"].m if rts else \
+                sum(int(np.prod(shapes[k])) for k in keys)
+            self.buffers.append(g.add_remote_buffer(f"phase{i}/weights", FLOAT, n))
+
+    def _master(self, i: int, side: str):
+        """What phase i's buffer fills: its `side` shard (RTS) or its working copies."""
+        if (i, side) in self.sharded:
+            return self.sharded[i, side].shard
+        return flat([self.copies[side, k] for k in self.keys[i]])
 
     def _load(self, i: int, side: str, seq) -> dict:
         """Phase i's weights into its `side` working copies: {layer index: {name: tensor}}
         (HALF casts of them in fp16)."""
         keys = self.keys[i]
-        params: dict = {}
-        if not keys:
-            return params
         tensors = [self.copies[side, k] for k in keys]
-        seq.add(prog.Copy(self.buffers[i], flat(tensors), name=f"phase{i}/{side}/load"))
+        seq.add(prog.Copy(self.buffers[i], self._master(i, side), name=f"phase{i}/{side}/load"))
+        if (i, side) in self.sharded:
+            self.sharded[i, side].gather(seq)
         if self.dtype == HALF:
             half = popops.cast(self.g, flat(tensors), HALF, seq, f"phase{i}/{side}/to_half")
             tensors = split(half, [self.shapes[k] for k in keys])
+        params: dict = {}
         for k, t in zip(keys, tensors):
             index, name = k.split(".")
             params.setdefault(int(index), {})[name] = t
@@ -88,40 +101,52 @@ class Phases:
         return x, phases
 
     def backward(self, phases, dy, seq, optimizer, config) -> None:
-        """Last phase first: load, backward, all-reduce, update and store each phase."""
+        """Last phase first: load, backward, reduce over the replicas, update and store each
+        phase."""
         for i in reversed(range(len(self.spans))):
             params = self._load(i, "backward", seq)
             for b in phases[i]:
                 b.params = params.get(b.index, {})
             grads, dy = build_backward(self.g, phases[i], dy, seq, need_input_grad=i > 0,
                                        recompute=config.recompute)
-            if not self.keys[i]:
-                continue
-            weights = flat([self.copies["backward", k] for k in self.keys[i]])
-            reduced = all_reduce_gradients(self.g, flat([grads[k] for k in self.keys[i]]), seq,
-                                           config.replicas)
-            optimizer.build(self.g, weights, reduced, seq, f"phase{i}/sgd",
-                            grad_scale=1.0 / config.scale, off_chip=config.state_off_chip)
-            seq.add(prog.Copy(weights, self.buffers[i], name=f"phase{i}/store"))
+            grads = flat([grads[k] for k in self.keys[i]])
+            scale, off_chip = 1.0 / config.scale, config.state_off_chip
+            if (i, "backward") in self.sharded:
+                self.sharded[i, "backward"].update(grads, optimizer, seq, scale, off_chip)
+            else:
+                optimizer.build(self.g, self._master(i, "backward"),
+                                all_reduce_gradients(self.g, grads, seq, config.replicas), seq,
+                                f"phase{i}/sgd", grad_scale=scale, off_chip=off_chip)
+            seq.add(prog.Copy(self._master(i, "backward"), self.buffers[i],
+                              name=f"phase{i}/store"))
 
     # --- the host's view ----------------------------------------------------------------------
-    def to_buffers(self, weights: dict) -> dict:
-        """{remote buffer name: phase's weights joined (float32)}."""
-        return {b.name: np.concatenate([np.ravel(weights[k]) for k in keys]).astype(np.float32)
-                for b, keys in zip(self.buffers, self.keys) if b is not None}
-
-    def from_buffers(self, rows: dict) -> dict:
-        """The weights ({key: array}) from {buffer name: the buffer's row}."""
+    def to_buffers(self, weights: dict, replicas: int) -> dict:
+        """{remote buffer name: its contents on every replica}: the phase's weights joined,
+        the same on each replica, or replica i's shard of them with RTS."""
         out = {}
-        for b, keys in zip(self.buffers, self.keys):
-            if b is None:
+        for i, (b, keys) in enumerate(zip(self.buffers, self.keys)):
+            if (i, "backward") in self.sharded:
+                out[b.name] = self.sharded[i, "backward"].to_shards(weights)
+            else:
+                joined = np.concatenate([np.ravel(weights[k]) for k in keys])
+                out[b.name] = np.tile(joined.astype(np.float32), replicas)
+        return out
+
+    def from_buffers(self, read) -> dict:
+        """The weights ({key: array}) from read(buffer name) (every replica's contents)."""
+        out = {}
+        for i, (b, keys) in enumerate(zip(self.buffers, self.keys)):
+            rows = read(b.name).reshape(-1, b.num_elements)
+            if (i, "backward") in self.sharded:
+                out.update(self.sharded[i, "backward"].from_shards(rows))
                 continue
             start = 0
             for k in keys:
                 size = int(np.prod(self.shapes[k]))
-                out[k] = np.ravel(rows[b.name])[start:start + size].reshape(self.shapes[k])
+                out[k] = rows[0, start:start + size].reshape(self.shapes[k]).copy()
                 start += size
-        return {k: out[k].copy() for k in self.shapes}
+        return {k: out[k] for k in self.shapes}
 
 
 __all__ = ["Phases"]

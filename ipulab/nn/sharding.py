@@ -27,21 +27,24 @@ from .build import flat
 
 class ShardedWeights:
     """The shards of `weights` ({key: FLOAT variable}, in state_dict order) on graph g (a
-    replicated graph of r > 1 replicas), and the collectives that use them."""
+    replicated graph of r > 1 replicas), and the collectives that use them. prefix starts
+    every name (a phase's, phased.py); host: make the host handles of the shard (else its
+    master copy is elsewhere, e.g. Streaming Memory)."""
 
-    def __init__(self, g, weights: dict):
+    def __init__(self, g, weights: dict, prefix: str = "", host: bool = True):
         self.g, self.shapes = g, {k: tuple(t.shape) for k, t in weights.items()}
-        self.r = g.replication_factor
+        self.r, self.prefix = g.replication_factor, prefix
         self.n = sum(t.num_elements() for t in weights.values())
         self.m = gcl.shard_size(self.n, self.r)
-        self.shard = g.add_variable(FLOAT, [self.m], "weights/shard")
+        self.shard = g.add_variable(FLOAT, [self.m], f"{prefix}weights/shard")
         poputil.map_tensor_linearly(g, self.shard)
-        g.create_host_write("write/weights/shard", self.shard)
-        g.create_host_read("read/weights/shard", self.shard)
+        if host:
+            g.create_host_write("write/weights/shard", self.shard)
+            g.create_host_read("read/weights/shard", self.shard)
         full = flat(list(weights.values()))
         pad = self.r * self.m - self.n
         if pad:       # where the gathered padding lands (read by no one)
-            tail = g.add_variable(FLOAT, [pad], "weights/gathered_pad")
+            tail = g.add_variable(FLOAT, [pad], f"{prefix}weights/gathered_pad")
             g.set_tile_mapping(tail, int(g.tiles_of(full)[-1]))
             full = concat([full, tail])
         self.gathered = full
@@ -49,13 +52,13 @@ class ShardedWeights:
     def gather(self, seq) -> None:
         """Every replica's shard into the full weights, on every replica."""
         gcl.all_gather_to_destination(self.g, self.shard, self.gathered, seq,
-                                      "weights/all_gather")
+                                      f"{self.prefix}weights/all_gather")
 
     def update(self, grads, optimizer, seq, grad_scale: float, off_chip: bool) -> None:
         """Reduce-scatter the flat gradients and apply this replica's shard of them."""
-        mine = gcl.reduce_scatter(self.g, grads, "add", seq, "grads/reduce_scatter")
-        optimizer.build(self.g, self.shard, mine, seq, grad_scale=grad_scale,
-                        off_chip=off_chip)
+        mine = gcl.reduce_scatter(self.g, grads, "add", seq, f"{self.prefix}grads/reduce_scatter")
+        optimizer.build(self.g, self.shard, mine, seq, f"{self.prefix}sgd",
+                        grad_scale=grad_scale, off_chip=off_chip)
 
     # --- the host's view ----------------------------------------------------------------------
     def to_shards(self, weights: dict) -> np.ndarray:

@@ -55,7 +55,7 @@ class StepGraph:
         poputil.map_tensor_linearly(self.home(len(model) - 1), self.labels)
         self.params, self.weights = {}, {}
         spans = config.phase_spans(model)
-        self.phases = spans and Phases(self.group, model, spans, dt, t)   # (weights off-chip)
+        self.phases = spans and Phases(self.group, model, spans, dt, t, config.rts)
         if not spans:
             self._add_weights(model.param_shapes())
         self.sharded = ShardedWeights(g, self.weights) if config.rts and self.weights else None

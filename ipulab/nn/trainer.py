@@ -192,8 +192,8 @@ class Trainer:
         if self.sharded is not None:          # RTS: replica i gets shard i
             self.engine.write_tensor("write/weights/shard", self.sharded.to_shards(weights))
         elif self.phases:                     # phased: every replica's Streaming Memory
-            for name, value in self.phases.to_buffers(weights).items():
-                self.engine.write_remote_buffer(name, np.tile(value, self.replicas))
+            for name, value in self.phases.to_buffers(weights, self.replicas).items():
+                self.engine.write_remote_buffer(name, value)
         else:
             for key, value in weights.items():
                 self._write(f"write/{key}", value)
@@ -341,10 +341,8 @@ class Trainer:
             return self.model.state_dict()
         if self.sharded is not None:
             return self.sharded.from_shards(self.engine.read_tensor("read/weights/shard"))
-        if self.phases:          # replica 0's row of each phase's buffer
-            return self.phases.from_buffers({b.name: self.engine.read_remote_buffer(b.name)
-                                             .reshape(-1, b.num_elements)[0]
-                                             for b in self.phases.buffers if b is not None})
+        if self.phases:
+            return self.phases.from_buffers(self.engine.read_remote_buffer)
         return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
 
     def set_weights(self, weights: dict) -> None:
