@@ -611,3 +611,51 @@ wrong("ex11.min_wait", TOO_SLOW, "first come, first served", "too slow", "2.21×
 wrong("ex11.min_wait", TOO_SLOW, "backfill alone", "too slow", "1.81× par")({"policy": "backfill"})
 wrong("ex11.min_wait", API_MISUSE, "a policy the scheduler does not have",
       "is not one of fifo, backfill, fair")({"policy": "sjf"})
+
+
+# --- ex10 ------------------------------------------------------------------------------------
+def _resident(bytes_per_weight=2, gradients=True, per_ipu=True):
+    """ex10.bytes_per_ipu with one mistake."""
+    def resident_bytes(layer_params, layers, t, p, optimizer):
+        share = layer_params * (layers // p) // (t if per_ipu else 1)
+        state = 4 * {"sgd": 1, "adam": 2, "lamb": 2}[optimizer]
+        return share * (bytes_per_weight + 2 * gradients + state)
+    return resident_bytes
+
+
+wrong("ex10.bytes_per_ipu", MISCONCEPTION, "forgets the gradient accumulators",
+      "24 layers of 12,596,224 parameters", "left out the gradients")(_resident(gradients=False))
+wrong("ex10.bytes_per_ipu", WRONG_VALUE, "fp32 weights (a master copy)",
+      "24 layers of 12,596,224 parameters", "fp32 master copy")(_resident(bytes_per_weight=6))
+wrong("ex10.bytes_per_ipu", OFF_BY_ONE, "a whole stage on every shard",
+      "t = 8, p = 8", "a whole stage")(_resident(per_ipu=False))
+wrong("ex10.choose_mapping", WRONG_VALUE, "LAMB's state on 4 stages of 7 layers",
+      "does not fit", "In-Processor Memory")("p=4,layers=3/7/7/7,r=4")
+wrong("ex10.choose_mapping", API_MISUSE, "t·p·r is not the Pod's 16 IPUs",
+      "not a mapping of BERT-Large on a Pod16", "t·p·r")("p=8,r=4")
+
+
+def _ring(steps=lambda r: 2 * (r - 1), pairs=lambda r: range(r - 1)):
+    """ex10.cross_rack with one mistake."""
+    def ring_cycles(target, n):
+        r = target.num_ipus
+        chunk = 4 * -(-n // r)
+        return steps(r) * max(target.link_cycles(chunk, j, j + 1) for j in pairs(r)
+                              if target.system.rack_of(j) == target.system.rack_of(j + 1))
+    return ring_cycles
+
+
+wrong("ex10.cross_rack", MISCONCEPTION, "every step an IPU-Link hop, never the GW-Links",
+      "on a Pod128 (2 rack(s))", "cross racks on the GW-Links")(_ring())
+wrong("ex10.cross_rack", OFF_BY_ONE, "half the ring's steps",
+      "on a Pod64", "reduce-scatter AND the all-gather")(_ring(steps=lambda r: r - 1))
+wrong("ex10.phases", MISCONCEPTION, "one phase's weights, not two",
+      "gpt3-175b with t = 8", "the next phase is loaded")(
+    lambda layers, params, t, budget: next(k for k in range(1, layers + 1)
+                                           if 2 * -(-layers // k) * (params // t) <= budget))
+wrong("ex10.fastest", TOO_SLOW, "16 replicas: the gradients round the whole Pod",
+      "too slow", "4.00× par")({"replicas": 16, "batch_size": 16, "precision": "fp16"})
+wrong("ex10.fastest", API_MISUSE, "a pipeline whose stage does not fit 4 tiles",
+      "does not fit in tile memory")(
+    {"replicas": 2, "batch_size": 128, "precision": "fp16", "pipeline": [3],
+     "micro_batches": 2})

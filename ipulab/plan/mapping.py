@@ -70,6 +70,12 @@ class Mapping:
         parts += ["rts"] * self.rts + [f"phases {self.phases}"] * self.phased
         return " · ".join(parts + [f"state {self.optimizer_state}"])
 
+    def placement(self) -> list[tuple[int, int, int]]:
+        """(replica, stage, shard) of every IPU: replicas outermost, then stages, then shards
+        (a layer's t shards are neighbours on the IPU-Links, as timing.py assumes)."""
+        t, p = self.t, self.pipeline
+        return [(i // (t * p), i // t % p, i % t) for i in range(self.ipus)]
+
     def check_sizes(self, num_ipus: int) -> None:
         """PlanError unless every size is a power of two and t·p·r is the system's IPUs."""
         named = {"t1": self.tensor_parallel[0], "t2": self.tensor_parallel[1],

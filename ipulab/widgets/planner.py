@@ -1,0 +1,99 @@
+"""PlannerWidget: map a model onto a Pod with controls, and see what ipulab.plan says.
+
+    widgets.PlannerWidget(plan.bert_large(), "pod16", optimizer="lamb", global_batch=65536)
+
+Controls: t (1-D or 2-D), p, rts, phases and where the optimizer state lives; r follows, as
+the system's IPUs / (t · p). It shows whether the mapping fits and why, the memory of an IPU of
+every stage by kind against the In-Processor Memory line, the step time by part, and (when
+given) the planner-vs-simulator cross-check table.
+"""
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+
+from .. import plan
+from ..errors import PlanError
+from ..viz.planner import memory_bars, time_breakdown
+from ._common import bokeh_pane
+
+
+def _shards(num_ipus: int) -> list[str]:
+    """t as the control offers it: every power of two, and 2-D t1xt2 with t1 ≥ t2 ≥ 2."""
+    powers = [1 << k for k in range(num_ipus.bit_length()) if num_ipus % (1 << k) == 0]
+    return [f"{t // t2}x{t2}" if t2 > 1 else str(t) for t in powers
+            for t2 in [1] + [x for x in powers if 2 <= x and x * x <= t]]
+
+
+def crosscheck_table(rows: list[dict]) -> str:
+    """HTML of cross-check rows: mapping, planner and simulator bytes and cycles, errors."""
+    head = ("model", "mapping", "plan B/IPU", "sim B/IPU", "err", "plan cycles", "sim cycles",
+            "err")
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+            r["model"], r["mapping"], f"{r['plan_bytes']:,}", f"{r['sim_bytes']:,}",
+            f"{r['bytes_error']:+.1%}", f"{r['plan_cycles']:,}", f"{r['sim_cycles']:,}",
+            f"{r['cycles_error']:+.1%}")) + "</tr>" for r in rows)
+    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + body
+            + "</table>")
+
+
+class PlannerWidget(W.VBox):
+    """Controls for a mapping of `spec` on `system`, and the planner's answer for it.
+    options: Mapping fields for every mapping (optimizer, precision, micro, ...);
+    crosscheck: rows of benchmarks/plan_crosscheck (or plan.crosscheck), shown as a table."""
+
+    def __init__(self, spec, system, global_batch: int | None = None,
+                 crosscheck: list | None = None, **options):
+        self.spec, self.system = spec, plan.system_of(system)
+        self.global_batch, self.options = global_batch, options
+        n = self.system.num_ipus
+        powers = [str(1 << k) for k in range(n.bit_length()) if n % (1 << k) == 0]
+        self.t = W.Dropdown(options=_shards(n), value="1", description="t")
+        self.p = W.Dropdown(options=[x for x in powers if int(x) <= spec.num_layers],
+                            value="1", description="p")
+        self.rts = W.Checkbox(value=False, description="RTS")
+        self.phases = W.Dropdown(options=[1] + [k for k in (2, 4, 8, 12, 24, 48, 96)
+                                                if k <= spec.num_layers],
+                                 value=1, description="phases")
+        self.state = W.ToggleButtons(options=["on-chip", "off-chip"], description="state")
+        self.status = W.HTML()
+        self.figures = W.VBox()
+        for c in (self.t, self.p, self.rts, self.phases, self.state):
+            c.observe(lambda _: self.update(), names="value")
+        parts = [W.HBox([self.t, self.p, self.rts]), W.HBox([self.phases, self.state]),
+                 self.status, self.figures]
+        if crosscheck:
+            parts.append(W.HTML(crosscheck_table(crosscheck)))
+        super().__init__(parts)
+        self.estimate = None
+        self.update()
+
+    def mapping(self) -> plan.Mapping:
+        """The mapping the controls describe (r = IPUs / (t · p))."""
+        t1, _, t2 = self.t.value.partition("x")
+        shards = (int(t1), int(t2 or 1))
+        rest = self.system.num_ipus // (shards[0] * shards[1] * int(self.p.value))
+        return plan.make_mapping(tensor_parallel=shards, pipeline=int(self.p.value),
+                                 replicas=max(rest, 1), rts=self.rts.value,
+                                 phases=self.phases.value, optimizer_state=self.state.value,
+                                 **self.options)
+
+    def update(self) -> None:
+        """Estimate the mapping of the controls and redraw."""
+        try:
+            e = plan.estimate(self.spec, self.system, self.mapping(), self.global_batch)
+        except PlanError as err:
+            self.estimate = None
+            self.status.value = f"<b style='color:#d62728'>cannot be:</b> {html.escape(str(err))}"
+            self.figures.children = ()
+            return
+        self.estimate = e
+        colour = "#2ca02c" if e.fits else "#d62728"
+        self.status.value = (f"<b style='color:{colour}'>{'fits' if e.fits else 'does not fit'}"
+                             f"</b> — {html.escape(e.mapping.label())}: {html.escape(e.reason)}; "
+                             f"{e.samples_per_second:,.1f} samples/s")
+        self.figures.children = (
+            bokeh_pane(memory_bars([s["kinds"] for s in e.memory], e.sram_bytes)),
+            bokeh_pane(time_breakdown(e.times)))
