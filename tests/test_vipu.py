@@ -371,3 +371,20 @@ def test_a_removed_partitions_memory_is_cleared_before_reuse(tenants):
     assert dev2.memory_bytes() == 0
     with pytest.raises(errors.PartitionError, match="isolated"):
         e.load(dev2)                            # the old program cannot come back either
+
+
+def test_allocations_as_a_dict(db):
+    c = vipu.connect(db, user="alice")
+    allocs = c.init("pod16", allocations={"a": "0-1:alice", "b": (2, 1), "c": (3, 1, "bob")})
+    assert [(a.name, a.first_machine, a.machines, a.user) for a in allocs] == [
+        ("a", 0, 2, "alice"), ("b", 2, 1, None), ("c", 3, 1, "bob")]
+    for bad in ({"a": 2}, {"a": (0,)}, {"a": ("x", 1)}):
+        with pytest.raises(errors.AllocationError, match=r"give \(first_machine"):
+            c.init("pod16", allocations=bad)
+
+
+def test_partitions_in_an_allocation_that_starts_mid_pod(db):
+    c = vipu.connect(db, user="alice")
+    c.init("pod16", allocations=["x=0", "y=1-3"])
+    assert c.create_partition("p", 8, allocation="y").ipus == tuple(range(4, 12))
+    assert [p.ipus for p in c.list_partitions()] == [tuple(range(4, 12))]   # read back valid

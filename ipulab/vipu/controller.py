@@ -85,10 +85,11 @@ class Controller:
 
     # --- the cluster ---------------------------------------------------------------------------
     def init(self, system: str = "pod16", allocations=None) -> list[Allocation]:
-        """Set up the cluster: a Pod and its allocations. allocations: {name: (first_machine,
-        machines, user or None for everyone)} or "NAME=MACHINES[:USER]" strings (MACHINES: a
-        machine index or a range FIRST-LAST, machines numbered from 0); none: the whole Pod
-        granted to everyone as allocation "all". Refused while partitions exist."""
+        """Set up the cluster: a Pod and its allocations. allocations: "NAME=MACHINES[:USER]"
+        strings, or {name: "MACHINES[:USER]"} or {name: (first_machine, machines, user or
+        None)}; MACHINES is a machine index or a range FIRST-LAST, machines (of 4 IPUs)
+        numbered from 0, and no USER means everyone. None: the whole Pod granted to everyone
+        as allocation "all". Refused while partitions exist."""
         pod = pod_system(system)
         allocs = _parse_allocations(allocations, pod)
         with self.store.write(create=True) as conn:
@@ -110,7 +111,7 @@ class Controller:
     def list_allocations(self) -> list[Allocation]:
         """The allocations granted to this user (or to everyone), with their free IPUs."""
         with self.store.read() as conn:
-            pod, allocs, parts = _snapshot(conn, self)
+            _, allocs, parts = _snapshot(conn, self)
         return [a.with_free(_free(a, parts)) for a in allocs if a.granted_to(self.user)]
 
     def list_partitions(self) -> list[Partition]:
@@ -147,7 +148,8 @@ class Controller:
         """A partition of `size` IPUs (a power of two) from ONE allocation granted to the user,
         placed on the first free aligned block, so its IPUs are joined by IPU-Links.
         reconfigurable needs sync_type c2-compatible (the default when reconfigurable).
-        gcds: graph compilation domains, each an independent Poplar instance."""
+        gcds: graph compilation domains, each an independent Poplar instance. user: create
+        it for another user (as vipu-admin can; default: this controller's user)."""
         user = self.user if user is None else _checked_user(user)
         _check_name(name)
         sync_type = _sync_type(reconfigurable, sync_type)
@@ -205,8 +207,7 @@ class Controller:
 # --- the rules, as functions of a snapshot ---------------------------------------------------------
 def _checked_user(user) -> str:
     if not isinstance(user, str) or not NAME.match(user):
-        raise VipuError(f"a user name is 1 to 64 letters, digits, '_', '.' or '-', "
-                              f"not {user!r}")
+        raise VipuError(f"a user name is 1 to 64 letters, digits, '_', '.' or '-', not {user!r}")
     return user
 
 
@@ -228,32 +229,45 @@ def _sync_type(reconfigurable: bool, sync_type: str | None) -> str:
 
 
 def _parse_allocations(allocations, pod: arch.System) -> list[Allocation]:
-    """Allocations from {name: (first_machine, machines, user)} or "NAME=MACHINES[:USER]"
-    strings, checked: known machines, no machine in two allocations, unique names."""
+    """Allocations from "NAME=MACHINES[:USER]" strings or a dict (see Controller.init),
+    checked: names, users, machines of the Pod, no machine in two allocations."""
     if not allocations:
         return [Allocation("all", 0, pod.num_machines, None, pod.ipus_per_machine)]
-    items = allocations.items() if isinstance(allocations, dict) else \
+    if isinstance(allocations, str):
+        allocations = [allocations]
+    items = ((k, _parse_spec(f"{k}={v}")[1] if isinstance(v, str) else v)
+             for k, v in allocations.items()) if isinstance(allocations, dict) else \
         (_parse_spec(s) for s in allocations)
     out, owner = [], {}
     for name, spec in items:
         if not isinstance(name, str) or not NAME.match(name):
             raise AllocationError(f"an allocation name is 1 to 64 letters, digits, '_', '.' or "
                                   f"'-', not {name!r}")
-        first, count, user = spec
-        if user is not None:
-            _checked_user(user)
-        machines = range(first, first + count)
-        if count < 1 or first < 0 or machines[-1] >= pod.num_machines:
-            raise AllocationError(f"allocation {name!r}: machines {first} to {first + count - 1}"
-                                  f" are not in the {pod.name}'s machines 0 to "
-                                  f"{pod.num_machines - 1}")
-        for m in machines:
+        first, count, user = _machines(name, spec, pod)
+        for m in range(first, first + count):
             if m in owner:
                 raise AllocationError(f"machine {m} is in allocations {owner[m]!r} and "
                                       f"{name!r}: a machine belongs to one allocation")
             owner[m] = name
         out.append(Allocation(name, first, count, user, pod.ipus_per_machine))
     return out
+
+
+def _machines(name: str, spec, pod: arch.System) -> tuple[int, int, str | None]:
+    """(first machine, machines, user) of one allocation, checked against the Pod."""
+    try:
+        first, count, user = (tuple(spec) + (None,))[:3] if len(spec) == 2 else tuple(spec)
+        last = range(first, first + count)[-1] if count >= 1 else -1
+    except (TypeError, ValueError, IndexError):
+        raise AllocationError(f"allocation {name!r}: give (first_machine, machines[, user]) "
+                              f"or 'MACHINES[:USER]', not {spec!r}") from None
+    if user is not None:
+        _checked_user(user)
+    if count < 1 or first < 0 or last >= pod.num_machines:
+        raise AllocationError(f"allocation {name!r}: machines {first} to {first + count - 1} "
+                              f"are not in the {pod.name}'s machines 0 to "
+                              f"{pod.num_machines - 1}")
+    return first, count, user
 
 
 def _parse_spec(spec) -> tuple[str, tuple]:
@@ -298,14 +312,19 @@ def _snapshot(conn, ctl: Controller) -> tuple[arch.System, list[Allocation], lis
 
 
 def _partition(row, pod: arch.System, allocs: dict, ctl: Controller) -> Partition:
+    """A stored partition row as a Partition, if every field is one the controller writes."""
     lease, name, alloc, first, size, user, reconf, sync, gcds, shared = row
     a = allocs.get(alloc)
-    if not (isinstance(first, int) and _power_of_two(size) and _power_of_two(gcds) and
-            a is not None and a.first_ipu <= first and first + size <= a.end_ipu and
-            sync in SYNC_TYPES and isinstance(user, str) and isinstance(shared, str)):
+    names = shared.split(",") if isinstance(shared, str) and shared else []
+    placed = a is not None and isinstance(first, int) and _power_of_two(size) and \
+        a.first_ipu <= first and first + size <= a.end_ipu and (first - a.first_ipu) % size == 0
+    if not (placed and isinstance(lease, int) and _power_of_two(gcds) and gcds <= size and
+            sync in SYNC_TYPES and reconf in (0, 1) and isinstance(shared, str) and
+            all(isinstance(x, str) and NAME.match(x) for x in (name, user)) and
+            all(x == EVERYONE or NAME.match(x) for x in names)):
         raise StateError(f"the V-IPU state has a bad partition row: {row!r}")
     return Partition(name, tuple(range(first, first + size)), user, alloc, bool(reconf), sync,
-                     gcds, tuple(s for s in shared.split(",") if s), lease, pod, ctl)
+                     gcds, tuple(names), lease, pod, ctl)
 
 
 def _free(a: Allocation, parts: list[Partition]) -> tuple[int, ...]:
