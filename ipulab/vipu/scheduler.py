@@ -25,7 +25,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -193,11 +193,6 @@ class Schedule:
         """{job: (seconds, first IPU, IPUs)}: the reservations backfill made, for the Gantt."""
         return {name: (t, first, self.run_of(name).job.ipus)
                 for name, (t, first) in self.reservations.items()}
-
-    def table(self) -> list[dict]:
-        """One dict per job: the job's fields plus start, end, wait and first IPU."""
-        return [{**asdict(r.job), "start": r.start, "end": r.end, "wait": r.wait,
-                 "first_ipu": r.first_ipu} for r in self.runs]
 
 
 class Scheduler:
