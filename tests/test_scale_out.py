@@ -273,3 +273,14 @@ def test_phases_with_rts(digits, bow2000):
     assert names == {"weights", "forward", "grads"}     # gathers (both passes), reduce-scatters
     # every replica streams a quarter of the weights (loaded twice, stored once) and momentum
     assert prof.streaming_bytes == 4 * 4 * (n0 // 4 + 163) * (3 + 2)
+
+
+def test_the_options_are_trainer_keywords_and_config_fields(bow2000):
+    cfg = nn.TrainConfig(replicas=2, rts=True, tensor_parallel=2, optimizer_state="off-chip",
+                         momentum=0.9)
+    tr = nn.Trainer(small_cnn(), bow2000, config=cfg)
+    assert repr(tr).endswith("tensor_parallel=2, rts=True, optimizer_state='off-chip')")
+    assert tr.config == nn.Trainer(small_cnn(), bow2000, replicas=2, rts=True, tensor_parallel=2,
+                                   optimizer_state="off-chip", momentum=0.9).config
+    with pytest.raises(ipulab.errors.GraphError, match=r"not both \(phases given"):
+        nn.Trainer(small_cnn(), bow2000, config=cfg, phases=2)

@@ -124,7 +124,15 @@ class Trainer:
                 f"{self.batch_size}, {self.optimizer!r}, precision={self.precision!r}"
                 + ("" if self.pipeline is None else
                    f", pipeline={self.pipeline}, micro_batches={self.micro_batches}")
-                + (", recompute=True" if self.recompute else "") + ")")
+                + (", recompute=True" if self.recompute else "") + self._scale_out_repr() + ")")
+
+    def _scale_out_repr(self) -> str:
+        """The scale-out options that differ from their defaults, as keywords."""
+        c = self.config
+        parts = [f"{name}={getattr(c, name)!r}" for name, default in
+                 (("tensor_parallel", 1), ("rts", False), ("phases", 1),
+                  ("optimizer_state", "on-chip")) if getattr(c, name) != default]
+        return "".join(", " + p for p in parts)
 
     # --- building the graph -------------------------------------------------------------------
     def _build(self, sample_shape: tuple) -> None:
