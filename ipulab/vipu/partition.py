@@ -105,7 +105,7 @@ class PartitionDevice(Device):
     def __init__(self, target: Target, partition: "Partition"):
         super().__init__(target)
         self.partition = partition
-        self._memory: list[dict[str, np.ndarray]] = []
+        self._memory: list[weakref.ref] = []      # the arrays handed out, while in use
         self._lock = threading.Lock()
         with _LOCK:
             _DEVICES.setdefault((str(partition.controller.store.path), partition.lease),
@@ -118,7 +118,8 @@ class PartitionDevice(Device):
         self.check()
         arenas = super().allocate(sizes)
         with self._lock:
-            self._memory.append(arenas)
+            self._memory = [r for r in self._memory if r() is not None] + \
+                [weakref.ref(a) for a in arenas.values()]
         return arenas
 
     def check(self) -> None:
@@ -132,17 +133,18 @@ class PartitionDevice(Device):
 
     def scrub(self) -> None:
         """Zero every byte this device handed out (a removed partition's memory)."""
-        with self._lock:
-            for arenas in self._memory:
-                for a in arenas.values():
-                    a.fill(0)
+        for a in self._arrays():
+            a.fill(0)
 
     def memory_bytes(self) -> int:
         """Non-zero bytes in the memory this device handed to its engines: what a removed
         partition's next user could read if it were not cleared."""
+        return int(sum(np.count_nonzero(a) * a.itemsize for a in self._arrays()))
+
+    def _arrays(self) -> list[np.ndarray]:
+        """The memory handed out that an engine still holds."""
         with self._lock:
-            return int(sum(np.count_nonzero(a) * a.itemsize
-                           for arenas in self._memory for a in arenas.values()))
+            return [a for a in (r() for r in self._memory) if a is not None]
 
 
 @dataclass(frozen=True)
