@@ -131,6 +131,8 @@ def test_bad_scheduler_settings():
         Scheduler(16, "lifo")
     with pytest.raises(VipuError, match="power of two"):
         Scheduler(12)
+    with pytest.raises(VipuError, match="shares must be numbers > 0"):
+        Scheduler(16, "fair", shares={"ada": 0})
     with pytest.raises(VipuError, match="no trace file"):
         load_trace("missing.csv")
 

@@ -205,13 +205,17 @@ class Scheduler:
         if num_ipus < 1 or num_ipus & (num_ipus - 1):
             raise VipuError(f"a Pod's IPUs are a power of two, not {num_ipus}")
         self.num_ipus, self.policy, self.shares = int(num_ipus), policy, dict(shares or {})
+        bad = {u: v for u, v in self.shares.items() if not (isinstance(v, (int, float)) and v > 0)}
+        if bad:
+            raise VipuError(f"fair-share shares must be numbers > 0, not {bad}")
 
     def _check(self, jobs: list[Job]) -> None:
         names = set()
         for j in jobs:
             if j.ipus < 1 or j.ipus & (j.ipus - 1) or j.ipus > self.num_ipus:
-                raise PartitionSizeError(f"job {j.name} asks for {j.ipus} IPUs: a partition's size must be "
-                                f"a power of 2, at most the Pod's {self.num_ipus}")
+                raise PartitionSizeError(f"job {j.name} asks for {j.ipus} IPUs: a partition's size "
+                                         f"must be a power of 2, at most the Pod's "
+                                         f"{self.num_ipus}")
             if not j.duration > 0 or j.arrival < 0:
                 raise VipuError(f"job {j.name}: duration must be > 0 and arrival >= 0, not "
                                 f"{j.duration} and {j.arrival}")
@@ -220,7 +224,7 @@ class Scheduler:
             names.add(j.name)
 
     def _order(self, queue: list[int], jobs: list[Job], usage: dict) -> list[int]:
-        """The queue in the policy's order (indices into jobs; ties by arrival, then trace order)."""
+        """The queue in the policy's order (indices into jobs; ties: arrival, then trace order)."""
         if self.policy == "fair":
             return sorted(queue, key=lambda i: (usage.get(jobs[i].user, 0.0) /
                                                 self.shares.get(jobs[i].user, 1.0),
