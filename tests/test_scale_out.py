@@ -284,3 +284,18 @@ def test_the_options_are_trainer_keywords_and_config_fields(bow2000):
                                    optimizer_state="off-chip", momentum=0.9).config
     with pytest.raises(ipulab.errors.GraphError, match=r"not both \(phases given"):
         nn.Trainer(small_cnn(), bow2000, config=cfg, phases=2)
+
+
+def test_dropout_draws_the_same_masks_phased_and_sharded(digits, bow2000):
+    """Dropout's masks follow the layer and the step, not the mapping: a plain trainer and a
+    phased, tensor-parallel one with state off-chip give the same losses (the reference has
+    no masks, so the plain trainer is the reference here)."""
+    def dropout_cnn():
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Dropout(0.25), nn.Flatten(), nn.Linear(4 * 4 * 4, 10))
+    losses = []
+    for kw in (dict(), dict(phases=2, tensor_parallel=2, optimizer_state="off-chip")):
+        tr = nn.Trainer(dropout_cnn(), bow2000, batch_size=8, lr=0.1, momentum=0.9, seed=1,
+                        **kw)
+        losses.append(tr.fit(*(a[:160] for a in digits), shuffle=False)["loss"])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
