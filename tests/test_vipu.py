@@ -388,3 +388,22 @@ def test_partitions_in_an_allocation_that_starts_mid_pod(db):
     c.init("pod16", allocations=["x=0", "y=1-3"])
     assert c.create_partition("p", 8, allocation="y").ipus == tuple(range(4, 12))
     assert [p.ipus for p in c.list_partitions()] == [tuple(range(4, 12))]   # read back valid
+
+
+@pytest.mark.parametrize("system, ipus, chip", [("pod64", 64, "bow"), ("pod128", 128, "bow"),
+                                                ("m2000-pod16", 16, "ipu2")])
+def test_any_pod_of_arch(db, system, ipus, chip):
+    c = vipu.connect(db, user="alice")
+    c.init(system)
+    p = c.create_partition("all", ipus)
+    t = p.device(tiles_per_ipu=1).target
+    assert (t.num_ipus, t.arch, t.system.num_racks) == (ipus, chip, max(1, ipus // 64))
+
+
+def test_no_login_name_is_a_clear_error(db, monkeypatch):
+    def no_passwd_entry():
+        raise KeyError("getpwuid(): uid not found: 1234")
+    monkeypatch.delenv("IPULAB_USER", raising=False)
+    monkeypatch.setattr("getpass.getuser", no_passwd_entry)
+    with pytest.raises(errors.VipuError, match="IPULAB_USER"):
+        vipu.connect(db)

@@ -32,7 +32,10 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def default_user() -> str:
     """$IPULAB_USER, else the login name."""
-    return os.environ.get("IPULAB_USER") or getpass.getuser()
+    try:
+        return os.environ.get("IPULAB_USER") or getpass.getuser()
+    except (KeyError, OSError):         # no login name (a container without a passwd entry)
+        raise VipuError("no user name: set $IPULAB_USER or pass --user NAME") from None
 
 
 def connect(db=None, user: str | None = None, timeout: float = 10.0) -> "Controller":
