@@ -66,6 +66,7 @@ def test_off_chip_momentum_matches_the_reference(digits, bow2000):
     d = prof.to_dict()
     assert (d["streaming_bytes"], d["streaming_cycles"]) == (prof.streaming_bytes,
                                                              prof.streaming_cycles)
+    assert f"streaming memory {prof.streaming_bytes:,} B moved in" in prof.summary()
     v = tr.engine.read_remote_buffer("sgd/velocity")
     assert v.shape == (2, 1, n) and np.abs(v).sum() > 0
     np.testing.assert_array_equal(v[0], v[1])          # the replicas agree

@@ -230,6 +230,9 @@ class Profile:
         lines += [f"    {k:<18} {v:>12,} cycles" for k, v in self.phase_totals().items()]
         lines += [f"  compute excluding idle threads (all tiles) "
                   f"{int(self.compute_cycles_excluding_idle.sum()):,} cycles"]
+        if self.streaming_bytes:
+            lines += [f"  streaming memory {self.streaming_bytes:,} B moved in "
+                      f"{self.streaming_cycles:,} cycles (remote-buffer copies)"]
         if self.vertex_stats:
             lines += ["", "Codelets (per compile: vertices, summed estimates)"]
             lines += [f"  {k:<24} {v['count']:>8,} vertices {v['cycles']:>12,} cycles"
