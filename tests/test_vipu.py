@@ -407,3 +407,46 @@ def test_no_login_name_is_a_clear_error(db, monkeypatch):
     monkeypatch.setattr("getpass.getuser", no_passwd_entry)
     with pytest.raises(errors.VipuError, match="IPULAB_USER"):
         vipu.connect(db)
+
+
+# A codelet that lets the test remove its partition while a run is inside it (python mode runs
+# compute as plain Python, so it can wait on the test's events).
+IN_RUN, REMOVED = threading.Event(), threading.Event()
+
+
+class Pause(poplar.Vertex):
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(out):
+        IN_RUN.set()
+        REMOVED.wait(30)
+        for i in range(len(out)):
+            out[i] = 7.0
+
+
+def test_removing_a_partition_in_the_middle_of_a_run_stops_it(tenants):
+    alice, a, _, _ = tenants
+    dev = a.device(tiles_per_ipu=4)
+    g = poplar.Graph(dev.target)
+    g.add_codelets(Pause)
+    x = g.add_variable(poplar.FLOAT, [4], "x")
+    g.set_tile_mapping(x, 0)
+    cs = g.add_compute_set("pause")
+    g.set_tile_mapping(g.add_vertex(cs, "Pause", {"out": x}), 0)
+    out = g.add_device_to_host_fifo("out", poplar.FLOAT, 4)
+    e = poplar.Engine(g, prog.Sequence([prog.Execute(cs), prog.Copy(x, out)]),
+                      options={"debug.codeletMode": "python"})
+    e.load(dev)
+    host = np.zeros(4, np.float32)
+    e.connect_stream("out", host)
+    failure = []
+    job = threading.Thread(target=lambda: failure.append(pytest.raises(
+        errors.PartitionError, e.run)))
+    job.start()
+    assert IN_RUN.wait(30)
+    alice.remove_partition("a")
+    REMOVED.set()
+    job.join(30)
+    assert "has been removed" in str(failure[0].value)
+    assert (host == 0).all()                # nothing of the stopped run reached the host
