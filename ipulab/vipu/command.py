@@ -50,17 +50,18 @@ def add_parser(subparsers) -> None:
     init.add_argument("--allocation", action="append", default=[], metavar="NAME=MACHINES[:USER]",
                       help=MACHINES_HELP)
     create = _object(sub, "create", "create a partition")
-    create.add_argument("--size", required=True, help="IPUs: a power of two")
-    create.add_argument("--allocation", default=None, help="take the IPUs from this allocation "
+    create.add_argument("--size", required=True, metavar="N", help="IPUs: a power of two")
+    create.add_argument("--allocation", default=None, metavar="A", help="take the IPUs from this allocation "
                         "(default: the first of yours with room)")
     create.add_argument("--reconfigurable", action="store_true",
                         help="a reconfigurable partition (needs sync type c2-compatible)")
     create.add_argument("--sync-type", default=None, metavar="|".join(SYNC_TYPES),
                         help="default pod-native-default; c2-compatible if --reconfigurable")
-    create.add_argument("--gcds", default="1", help="graph compilation domains (default 1)")
+    create.add_argument("--gcds", default="1", metavar="G", help="graph compilation domains (default 1)")
     _object(sub, "remove", "remove one of your partitions")
-    show = _object(sub, "show", "show a partition and its IPUoF configuration")
-    show.add_argument("--json", action="store_true", help="print JSON")
+    show = _object(sub, "show", "show a partition")
+    show.add_argument("--json", action="store_true",
+                      help="print JSON, with the partition's IPUoF configuration")
     lst = sub.add_parser("list", help="list partitions or allocations")
     lst.add_argument("what", choices=("partitions", "allocations"))
     lst.add_argument("--json", action="store_true", help="print JSON")

@@ -88,14 +88,13 @@ _DEVICES: dict[tuple[str, int], weakref.WeakSet] = {}
 _LOCK = threading.Lock()
 
 
-def scrub(store, lease: int) -> int:
+def scrub(store, lease: int) -> None:
     """Zero the memory of every device of the partition with this lease in this process
-    (its partition is being removed); returns how many devices were cleared."""
+    (its partition is being removed)."""
     with _LOCK:
         devs = list(_DEVICES.pop((str(store.path), lease), ()))
     for d in devs:
         d.scrub()
-    return len(devs)
 
 
 class PartitionDevice(Device):
