@@ -129,9 +129,9 @@ def test_rts_matches_the_reference(digits, bow2000, state):
         assert tr.optimizer.velocity.shape == (173,)   # the state is sharded too
 
 
-def test_rts_stores_a_quarter_of_the_weights_and_state(digits, bow2000):
-    """The same run without RTS keeps every weight and velocity on every replica: RTS's
-    always-live memory is much smaller, its weights the same bits' worth of training."""
+def test_rts_keeps_less_always_live_memory(digits, bow2000):
+    """Without RTS every replica keeps every weight and velocity for the whole step; with it
+    only a quarter of them (its shards), the full weights only while gathered."""
     live = {}
     for rts in (False, True):
         tr = nn.Trainer(mlp(), bow2000, replicas=4, batch_size=4, lr=0.1, momentum=0.9,
