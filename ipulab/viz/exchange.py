@@ -101,8 +101,8 @@ def _ipu_figure(profile, src, dst, nbytes, size):
                 dst_label=np.asarray([f"IPU {i}" for i in data["dst"]], object))
     on_chip = int(data["bytes"][data["src"] == data["dst"]].sum())
     fig = _matrix_figure(
-        "Between IPUs", f"IPU-Links: {fmt_bytes(int(nbytes.sum()) - on_chip)}; "
-        f"on-chip (diagonal): {fmt_bytes(on_chip)}", "destination IPU", "source IPU",
+        "Between IPUs", f"IPU-Links {fmt_bytes(int(nbytes.sum()) - on_chip)}; "
+        f"on-chip {fmt_bytes(on_chip)} (diagonal)", "destination IPU", "source IPU",
         data, profile.num_ipus, size, "ipus")
     if profile.num_ipus <= 8:   # write the bytes in each IPU cell
         fig.text(x=data["dst"], y=data["src"], text=[fmt_bytes(b) for b in data["bytes"]],

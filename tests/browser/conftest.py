@@ -21,7 +21,7 @@ def _reason(report):
 
 
 def pytest_runtest_logreport(report):
-    if "test_notebook_in_browser" not in report.nodeid:
+    if "::test_notebook_in_browser[" not in report.nodeid:     # one per notebook
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         _outcomes.append((report.when, report.outcome, _reason(report)))

@@ -1,17 +1,23 @@
-"""Run course notebooks in a real browser: JupyterLab + Debian's Chromium driven by Playwright.
+"""Run course notebooks in a real browser: JupyterLab + a system Chromium driven by Playwright.
 
 nbval proves the notebooks' Python runs; this proves what a learner sees: JupyterLab opens the
 notebook, "Run All Cells" runs every cell on the venv's kernel, no output is an error, the
-ipywidgets render as widgets (not as "VBox(...)" text) and the bokeh figures draw on a canvas.
+ipywidgets render as widgets (not as "VBox(...)" text), the bokeh figures draw on a canvas and
+none is wider than its cell (nothing cut at the right edge), and no JupyterLab news toast
+covers the page.
 
-The test starts its own JupyterLab (127.0.0.1, free port, no token, throw-away config/data/
-runtime dirs with a "python3" kernelspec pointing at this interpreter), runs a copy of each
-notebook (the committed notebook keeps no outputs) and saves a screenshot of the whole notebook
-to test-artifacts/browser/. Besides the course notebooks it runs tests/browser/bow2000_views.ipynb
-(every viz figure and widget for a full Bow-2000, issue 3), which must finish within its
-TIME_LIMITS entry. It needs /usr/bin/chromium (apt-get install chromium) and the
-playwright package (the `dev` extra; Playwright's own browser download is never used). Without
-them it skips, and tests/browser/conftest.py prints "BROWSER TEST: SKIPPED (reason)"; with
+The test runs the course as a learner does: `ipulab course workspace` copies it into a
+throw-away workspace outside the checkout, and JupyterLab (127.0.0.1, free port, no token,
+throw-away config/data/runtime dirs with a "python3" kernelspec pointing at this interpreter,
+the workspace's own Jupyter config as `ipulab lab` gives it) is rooted there. Running every
+notebook must leave `git status --porcelain` of the checkout as it was (empty on a clean
+checkout). A screenshot of each notebook goes to test-artifacts/browser/. Besides the course
+notebooks it runs tests/browser/bow2000_views.ipynb (every viz figure and widget for a full
+Bow-2000, issue 3), which must finish within its TIME_LIMITS entry. It needs Chromium
+($IPULAB_CHROMIUM, else /usr/bin/chromium or another usual place: `sudo apt-get install
+chromium` on Debian/Ubuntu, `brew install --cask chromium` on macOS) and the playwright package
+(the `dev` extra; Playwright's own browser download is never used). Without them it skips, and
+tests/browser/conftest.py prints "BROWSER TEST: SKIPPED (reason)"; with
 IPULAB_REQUIRE_BROWSER_TEST=1 (set by .ci/run) it fails instead of skipping.
 """
 import json
@@ -21,7 +27,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -36,6 +41,7 @@ NOTEBOOKS = {
     "notebooks/00_welcome_the_ipu.ipynb": {"widgets", "bokeh"},
     "notebooks/02_bsp_supersteps.ipynb": {"widgets"},
     "notebooks/05_profiling.ipynb": {"widgets", "bokeh"},
+    "notebooks/09_bow2000_cnn_training.ipynb": {"widgets", "bokeh"},
     "tests/browser/bow2000_views.ipynb": {"widgets", "bokeh"},
 }
 # notebook -> seconds from "Run All Cells" until every cell has executed and every widget and
@@ -49,7 +55,11 @@ BOKEH = {nb for nb, wants in NOTEBOOKS.items() if "bokeh" in wants}
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "browser"
-CHROMIUM = "/usr/bin/chromium"
+# Where Chromium usually is: Debian's package, Ubuntu's, a PATH entry, macOS's Homebrew cask.
+CHROMIUM_PLACES = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/snap/bin/chromium",
+                   "/Applications/Chromium.app/Contents/MacOS/Chromium"]
+NO_CHROMIUM = ("no Chromium found (Debian/Ubuntu: sudo apt-get install chromium; macOS: "
+               "brew install --cask chromium; or set IPULAB_CHROMIUM to its path)")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -103,28 +113,49 @@ def _jupyter_env(home):
     # Attach every cell to the DOM (the default windowing may leave off-screen cells unrendered).
     _write_json(settings / "notebook-extension" / "tracker.jupyterlab-settings",
                 {"windowingMode": "none"})
-    # No news/update toasts (and no requests to the internet).
-    _write_json(settings / "apputils-extension" / "notification.jupyterlab-settings",
-                {"fetchNews": "false", "checkForUpdates": False})
+    # No news or update toasts: the workspace's own config (as `ipulab lab` gives it) disables
+    # JupyterLab's announcements plugin, and the test checks that no toast shows.
     env = dict(os.environ)
     env.pop("JUPYTER_PLATFORM_DIRS", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
     env.update(JUPYTER_CONFIG_DIR=str(config), JUPYTER_DATA_DIR=str(data),
                JUPYTER_RUNTIME_DIR=str(runtime), JUPYTER_PATH=str(data),
                IPYTHONDIR=str(home / "ipython"), PYTHONUNBUFFERED="1")
     return env
 
 
+def _chromium():
+    """The Chromium to drive: $IPULAB_CHROMIUM, else the first of the usual places."""
+    given = os.environ.get("IPULAB_CHROMIUM")
+    if given:
+        return given if os.path.exists(given) else None
+    found = [p for p in CHROMIUM_PLACES if os.path.exists(p)]
+    found += [p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p]
+    return found[0] if found else None
+
+
+def _git_status():
+    """`git status --porcelain` of the checkout (None when it is not a git checkout)."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
-        _skip(f"{CHROMIUM} not found (apt-get install chromium)")
+    chromium = _chromium()
+    if chromium is None:
+        _skip(NO_CHROMIUM)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _skip("the playwright package is not installed (pip install -e '.[dev]')")
     pw = sync_playwright().start()
     try:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
+        b = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)
     except Exception:
         pw.stop()
         raise
@@ -136,10 +167,34 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def jupyter_server(browser, tmp_path_factory):
-    """Base URL of a JupyterLab serving the repo (started after the browser, so a skip is cheap)."""
+def workspace(browser, tmp_path_factory):
+    """A learner's workspace outside the checkout, made by the installed `ipulab course
+    workspace` (as `make lab` does), with the browser test's own notebook at its top; and
+    the checkout's `git status --porcelain` before anything ran."""
+    before = _git_status()
+    ws = tmp_path_factory.mktemp("workspace")
+    exe = Path(sys.executable).with_name("ipulab")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ipulab"]
+    out = subprocess.run([*cmd, "course", "workspace", str(ws)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == str(ws), out
+    for nb in NOTEBOOKS:
+        if not (ws / nb).exists():
+            (ws / nb).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / nb, ws / nb)
+    return ws, before
+
+
+@pytest.fixture(scope="module")
+def jupyter_server(browser, workspace, tmp_path_factory):
+    """Base URL of a JupyterLab serving the workspace (started after the browser, so a skip is
+    cheap), with the Jupyter config `ipulab lab` gives a workspace."""
+    from ipulab.cli import lab_env
+
+    ws, _ = workspace
     home = tmp_path_factory.mktemp("jupyter")
     env = _jupyter_env(home)
+    env["JUPYTER_CONFIG_PATH"] = lab_env(ws)["JUPYTER_CONFIG_PATH"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     log_path = home / "jupyter-server.log"      # copied to test-artifacts/browser/ at the end
     log = open(log_path, "w")
@@ -149,7 +204,7 @@ def jupyter_server(browser, tmp_path_factory):
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser",
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                "--ServerApp.port_retries=0", "--IdentityProvider.token=",
-               "--ServerApp.password=", f"--ServerApp.root_dir={REPO}",
+               "--ServerApp.password=", f"--ServerApp.root_dir={ws}",
                "--LabApp.expose_app_in_browser=True",
                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
         if os.getuid() == 0:
@@ -196,15 +251,6 @@ def _stop_server(proc, base):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def workdir():
-    """A temp dir inside the repo (so JupyterLab, rooted at the repo, can open its notebooks)."""
-    (REPO / "test-artifacts").mkdir(exist_ok=True)
-    d = Path(tempfile.mkdtemp(prefix="browser-run-", dir=REPO / "test-artifacts"))
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 # One JS snapshot of the visible notebook: DOM state plus, if window.jupyterapp is exposed, the
@@ -256,6 +302,33 @@ BOKEH_DRAWN_JS = """(panelSel) => {
   return [...panel.querySelectorAll('.jp-OutputArea-output')]
       .filter(o => !o.querySelector('.jupyter-widgets') && canvases(o) > 0).length;
 }"""
+
+
+# Every canvas of every output (BokehJS 3 draws inside shadow roots, so this walks them): its
+# width and how far it reaches past the right edge of its output area (the cell's width).
+FIT_JS = """(panelSel) => {
+  const panel = document.querySelector(panelSel);
+  if (!panel) return [];
+  const canvases = (root, out) => {
+    for (const c of root.querySelectorAll('canvas')) out.push(c);
+    for (const el of root.querySelectorAll('*')) if (el.shadowRoot) canvases(el.shadowRoot, out);
+    return out;
+  };
+  const found = [];
+  [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].forEach((cell, i) => {
+    for (const o of cell.querySelectorAll('.jp-OutputArea-output')) {
+      const box = o.getBoundingClientRect();
+      for (const c of canvases(o, [])) {
+        const r = c.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0)
+          found.push({cell: i, width: Math.round(r.width), output: Math.round(box.width),
+                      over: Math.round(Math.max(r.right - box.right, r.width - box.width))});
+      }
+    }
+  });
+  return found;
+}"""
+NEWS_TOAST = "official Jupyter news"
 
 
 def _errors(state):
@@ -359,13 +432,11 @@ def _shutdown_kernel(base, path):
 
 
 @pytest.mark.parametrize("notebook", list(NOTEBOOKS))
-def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
+def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
     src = REPO / notebook
-    copy = workdir / src.name
-    shutil.copyfile(src, copy)
     cells = json.loads(src.read_text())["cells"]
     n_cells, n_code = len(cells), sum(c["cell_type"] == "code" for c in cells)
-    rel = copy.relative_to(REPO).as_posix()
+    rel = notebook                              # the workspace's copy, as a learner opens it
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(30_000)
@@ -482,6 +553,19 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
             notes.append(f"{drawn} bokeh outputs drawn for {shows} show() outputs")
             if drawn < shows:
                 fail(f"only {drawn} of {shows} bokeh show() outputs drew a canvas")
+            page.wait_for_timeout(1000)             # layouts settle after the last draw
+            cut = page.evaluate(FIT_JS, PANEL)
+            widest = max(cut, key=lambda c: c["width"], default=None)
+            if widest:
+                notes.append(f"widest figure {widest['width']} px (cell {widest['cell']}, "
+                             f"output {widest['output']} px wide)")
+            too_wide = list({(c["cell"], c["width"]): c for c in cut if c["over"] > 1}.values())
+            if too_wide:
+                fail("figure(s) wider than their cell, cut at the right edge: " + "; ".join(
+                    f"cell {c['cell']}: {c['width']} px figure, {c['over']} px past an "
+                    f"output {c['output']} px wide" for c in too_wide))
+        if page.get_by_text(NEWS_TOAST).count():
+            fail(f"JupyterLab's news toast is showing ({NEWS_TOAST!r})")
         if limit is not None:
             # The limit covers rendering too: from Run All until every check above passed
             # (+1 s: the wait above polls every 0.5 s).
@@ -500,3 +584,19 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workdir):
             print(f"\n(screenshot failed: {e})")
         _shutdown_kernel(jupyter_server, rel)
         context.close()
+
+
+def test_the_checkout_is_untouched(workspace):
+    """After every notebook ran (and JupyterLab autosaved it) in the workspace, the checkout's
+    `git status --porcelain` is empty if it was before (a clean checkout, as in CI); in a
+    checkout with edits of its own, the course's folders show what they showed before."""
+    _, before = workspace
+    if before is None:
+        pytest.skip("not a git checkout")
+    after = _git_status()
+    if not before:
+        assert after == "", f"the run changed the checkout:\n{after}"
+        return
+    course = ("notebooks/", "exercises/", "solutions/", "tests/browser/")
+    mine = [line for line in after.splitlines() if line[3:].startswith(course)]
+    assert mine == [line for line in before.splitlines() if line[3:].startswith(course)]
