@@ -6,8 +6,8 @@
 
 The Trainer, `ipulab train`, the training dashboard and the course all read their options from
 here, so a rule such as "a replica needs t x p IPUs: tensor_parallel IPUs for each of its
-pipeline stages" is written once. A config
-is frozen: change one with dataclasses.replace (or config.replace(...)), which checks again.
+pipeline stages" is written once. A config is frozen: change one with dataclasses.replace
+(or config.replace(...)), which checks again.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class TrainConfig:
     tiles_per_ipu: the device to build when none is given (devices.system names).
     epochs: how long `ipulab train` and the dashboard train by default.
 
-    Scale-out (issue 13; see README, "Pods"):
+    Scale-out (README, "Scaling out"; tests/test_scale_out.py):
     optimizer_state: "on-chip" (default) or "off-chip": the momentum (SGD's velocity) lives
     in Streaming Memory, a remote buffer per replica, loaded into tile memory for the update
     and stored after it. Without momentum SGD has no state: "off-chip" is then allowed and
@@ -82,11 +82,11 @@ class TrainConfig:
     Linear's output channels (features) and computing them; a replica then uses
     t x num_stages IPUs, and t x p x r IPUs in all (nn/tensor_parallel.py).
     phases: k > 1 runs the model as k phases (contiguous layers, about equal weights each)
-    whose weights and optimizer state live in Streaming Memory, loaded before each phase's
-    forward and backward and stored after its update (nn/phased.py), the optimizer state too
-    (whatever optimizer_state says), sharded over the replicas with rts; 1: not phased. At
-    most one phase per layer with weights; not with pipeline= (the phases run one after
-    another on the same IPUs instead).
+    whose weights and optimizer state (whatever optimizer_state says) live in Streaming
+    Memory, sharded over the replicas with rts, loaded before each phase's forward and
+    backward and stored after its update (nn/phased.py); 1: not phased. At most one phase
+    per layer with weights; not with pipeline= (the phases run one after another on the
+    same IPUs instead).
     """
 
     replicas: int | None = 1
