@@ -117,7 +117,8 @@ def test_unknown_or_foreign_allocation(split, db):
 
 def test_names_are_unique_and_well_formed(ctl, db):
     ctl.create_partition("p", 2)
-    with pytest.raises(errors.PartitionNameError, match="unique"):
+    with pytest.raises(errors.PartitionNameError,
+                       match=r"already exists \(owner alice\): partition names are unique"):
         vipu.connect(db, user="bob").create_partition("p", 2)
     for bad in ("", "a b", "-x", "x" * 65, None):
         with pytest.raises(errors.PartitionNameError):
@@ -159,7 +160,7 @@ def test_only_the_creator_removes_or_shares(ctl, db):
     ctl.create_partition("mine", 4)
     ctl.share("mine", "bob")
     bob = vipu.connect(db, user="bob")
-    with pytest.raises(errors.PartitionOwnerError, match="only its creator 'alice'"):
+    with pytest.raises(errors.PartitionOwnerError, match="belongs to 'alice', and only its creator"):
         bob.remove_partition("mine")
     with pytest.raises(errors.PartitionOwnerError):
         bob.share("mine", "carol")
@@ -172,7 +173,7 @@ def test_remove_frees_the_ipus_and_unknown_names_are_refused(ctl):
         ctl.create_partition("q", 1)
     assert ctl.remove_partition("p").ipus == tuple(range(16))
     assert ctl.list_partitions() == [] and ctl.list_allocations()[0].free == tuple(range(16))
-    with pytest.raises(errors.UnknownPartitionError, match="no partition 'p'"):
+    with pytest.raises(errors.UnknownPartitionError, match="unknown partition 'p'"):
         ctl.remove_partition("p")
 
 

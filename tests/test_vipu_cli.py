@@ -93,9 +93,9 @@ def test_every_refusal_is_one_line_naming_the_rule(vipu):
             "free: a: IPUs none; b: IPUs none")
     refused(vipu("create", "partition", "s", "--size", "1", "--reconfigurable",
                  "--sync-type", "pod-native-default"), "c2-compatible")
-    refused(vipu("remove", "partition", "nope"), "no partition 'nope'")
+    refused(vipu("remove", "partition", "nope"), "unknown partition 'nope'")
     refused(vipu("show", "partition", "p", user="bob"), "visible only to its creator")
-    refused(vipu("remove", "partition", "p", user="bob"), "only its creator 'alice'")
+    refused(vipu("remove", "partition", "p", user="bob"), "belongs to 'alice'", "only its creator")
     refused(vipu("init", "--system", "pod16"), "remove them before init")
     refused(vipu("init", "--system", "pod12"), "unknown Pod 'pod12'")
     refused(vipu("list", "partitions", user="bad user"), "user name")
@@ -152,7 +152,7 @@ def test_ipulab_train_on_a_partition(vipu, capsys, monkeypatch):
     monkeypatch.setenv("IPULAB_USER", "bob")            # bob cannot see alice's partition
     code = main(["train", "--partition", "p", "--db", vipu.db, "--epochs", "1"])
     err = capsys.readouterr().err
-    assert code == 2 and "no partition 'p' visible to user 'bob'" in err
+    assert code == 2 and "unknown partition 'p'" in err and "user 'bob'" in err
 
 
 @pytest.mark.parametrize("args, words", [

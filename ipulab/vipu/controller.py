@@ -135,8 +135,9 @@ class Controller:
                 return p
         mine = [p.name for p in parts if p.visible_to(self.user)]
         raise UnknownPartitionError(
-            f"no partition {name!r} visible to user {self.user!r} (a partition is visible only "
-            f"to its creator unless shared); visible: {', '.join(mine) or 'none'}")
+            f"unknown partition {name!r}: no partition of that name is visible to user "
+            f"{self.user!r} (a partition is visible only to its creator unless shared); "
+            f"visible: {', '.join(mine) or 'none'}")
 
     def alive(self, lease: int) -> bool:
         """Whether the partition with this lease (its row id, never reused) still exists."""
@@ -160,8 +161,8 @@ class Controller:
             pod, allocs, parts = _snapshot(conn, self)
             taken = [p for p in parts if p.name == name]
             if taken:
-                raise PartitionNameError(f"a partition named {name!r} exists already (owner "
-                                         f"{taken[0].user}); partition names are unique")
+                raise PartitionNameError(f"a partition named {name!r} already exists (owner "
+                                         f"{taken[0].user}): partition names are unique")
             alloc, first = _place(name, size, gcds, allocation, user, pod, allocs, parts)
             cur = conn.execute(
                 "INSERT INTO partitions (name, allocation, first_ipu, size, user, "
@@ -203,7 +204,7 @@ class Controller:
         p = next((p for p in parts if p.name == name), None) or self._visible(name, parts)
         if p.user != self.user:
             raise PartitionOwnerError(f"user {self.user!r} cannot {verb} partition {name!r}: "
-                                      f"only its creator {p.user!r} can")
+                                      f"it belongs to {p.user!r}, and only its creator can")
         return p
 
 
