@@ -451,3 +451,16 @@ def test_removing_a_partition_in_the_middle_of_a_run_stops_it(tenants):
     job.join(30)
     assert "has been removed" in str(failure[0].value)
     assert (host == 0).all()                # nothing of the stopped run reached the host
+
+
+def test_a_shared_partition_runs_for_the_user_it_is_shared_with(tenants, db):
+    alice, a, bob, _ = tenants
+    with pytest.raises(errors.UnknownPartitionError):
+        bob.partition("a")
+    alice.share("a", ["bob"])
+    dev = bob.partition("a").device(tiles_per_ipu=4)
+    _, out = copy_job(dev, np.arange(16))
+    assert np.array_equal(out, np.arange(16, dtype=np.float32))
+    assert len(bob.partition("a").devices()) == 1
+    with pytest.raises(errors.VipuError, match="a user name"):
+        alice.share("a", ["bad user"])
