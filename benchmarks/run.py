@@ -29,6 +29,7 @@ def print_columns(title: str, rows: list[tuple]) -> None:
 if __name__ == "__main__":
     import foundation
     import grading
+    import plan_crosscheck
     import poplibs
     import speed
     import training
@@ -38,5 +39,6 @@ if __name__ == "__main__":
     print_table("Training (issue 5)", targets)
     print_columns("Training: cost from 1 to 16 IPUs (one replica of 16 per IPU)", scaling)
     print_table("Speed: waiting for a graph (issue 11)", speed.main())
+    plan_crosscheck.main()
     print_table("Grading a class (issue 12; 200 notebooks: about 20 minutes)",
                 grading.main(quick="--quick" in sys.argv))

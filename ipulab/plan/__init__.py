@@ -11,10 +11,11 @@ samples/s; a search over every valid mapping; checked against the simulator at s
 from .estimate import Estimate, estimate, system_of
 from .mapping import Mapping, balanced_stages, make_mapping, parse_mapping
 from .search import search
+from .smallscale import small_scale
 from .spec import (PRESETS, Block, ModelSpec, bert_base, bert_large, from_dims, gpt3_2_7b,
                    gpt3_175b, spec_from_model, transformer)
 
 __all__ = ["Estimate", "estimate", "system_of", "Mapping", "balanced_stages", "make_mapping",
-           "parse_mapping", "search", "PRESETS", "Block", "ModelSpec", "bert_base",
+           "parse_mapping", "search", "small_scale", "PRESETS", "Block", "ModelSpec", "bert_base",
            "bert_large", "from_dims", "gpt3_2_7b", "gpt3_175b", "spec_from_model",
            "transformer"]

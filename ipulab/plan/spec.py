@@ -33,6 +33,9 @@ class Block:
     keep: int
     live: int
     reduce: int = 0
+    kind: str = ""          # an nn layer's class name (the small-scale mode prices it)
+    shape: tuple = ()       # its dimensions: Conv2d (c, o, kh, kw, ho, wo, bias),
+                            # Linear (in, out, bias), pooling (c, ho, wo, kh, kw)
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,8 @@ def _conv_block(layer, i: int, shape: tuple) -> tuple[Block, tuple]:
     fan = c * kh * kw + bias
     out = (o, ho, wo)
     n_in, n_out = c * hgt * wid, o * ho * wo
-    return Block(f"{i}.{type(layer).__name__}", o * fan, o * fan, 2.0 * fan * n_out,
-                 n_in, n_in + fan * ho * wo + n_out, n_out), out
+    return Block(f"{i}.Conv2d", o * fan, o * fan, 2.0 * fan * n_out, n_in,
+                 n_in + fan * ho * wo + n_out, n_out, "Conv2d", (c, o, kh, kw, ho, wo, bias)), out
 
 
 def _block_of(layer, i: int, shape: tuple) -> tuple[Block, tuple]:
@@ -189,16 +192,18 @@ def _block_of(layer, i: int, shape: tuple) -> tuple[Block, tuple]:
     if kind == "Linear":
         fan = layer.in_features + int(bool(layer.bias))
         o = layer.out_features
-        return Block(f"{i}.Linear", o * fan, o * fan, 2.0 * fan * o, n_in, n_in + o, o), (o,)
+        return Block(f"{i}.Linear", o * fan, o * fan, 2.0 * fan * o, n_in, n_in + o, o,
+                     "Linear", (layer.in_features, o, int(bool(layer.bias)))), (o,)
     if kind in ("MaxPool2d", "AvgPool2d"):
         (kh, kw), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
         out = (shape[0], (shape[1] + 2 * ph - kh) // sh + 1, (shape[2] + 2 * pw - kw) // sw + 1)
         n_out = math.prod(out)
-        return Block(f"{i}.{kind}", 0, 0, float(n_out * kh * kw), n_in, n_in + n_out), out
+        return Block(f"{i}.{kind}", 0, 0, float(n_out * kh * kw), n_in, n_in + n_out, 0, kind,
+                     (out[0], out[1], out[2], kh, kw)), out
     if kind == "Flatten":
-        return Block(f"{i}.Flatten", 0, 0, 0.0, 0, 0), (n_in,)
+        return Block(f"{i}.Flatten", 0, 0, 0.0, 0, 0, 0, kind, (n_in,)), (n_in,)
     if kind in ("ReLU", "Dropout"):
-        return Block(f"{i}.{kind}", 0, 0, float(n_in), n_in, 2 * n_in), shape
+        return Block(f"{i}.{kind}", 0, 0, float(n_in), n_in, 2 * n_in, 0, kind, (n_in,)), shape
     raise PlanError(f"the planner does not know layer {i} ({kind}); it reads Conv2d, Linear, "
                     "MaxPool2d, AvgPool2d, ReLU, Dropout and Flatten")
 

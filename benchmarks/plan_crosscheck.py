@@ -1,0 +1,110 @@
+"""The planner against the simulator: ipulab.plan's small-scale mode predicts the cycles of a
+training step and the bytes of its fullest IPU; nn.Trainer runs the same step on a cut-down
+Pod16 and its profile says what they were. A table per mapping, and the worst errors.
+
+    python benchmarks/plan_crosscheck.py            # the whole grid (about a minute)
+
+Mappings are nn.TrainConfig options (t = tensor_parallel, p = pipeline stages, r = replicas,
+micro-batches, recompute, precision) with t·p·r = 16; the simulator's numbers are
+profile.total_cycles and the largest sum of profile.memory_total over one IPU's tiles.
+"""
+from __future__ import annotations
+
+from ipulab import data, devices, nn, plan
+
+TILES = 16
+SAMPLE = (1, 8, 8)
+
+
+def mlp():
+    """The MLP of the cross-check: 64 -> 64 -> 64 -> 32 -> 10 with ReLUs."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64),
+                         nn.ReLU(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+MODELS = {"cnn": nn.default_cnn, "mlp": mlp}
+GRID = (
+    dict(replicas=16, batch_size=8), dict(replicas=16, batch_size=16),
+    dict(replicas=16, batch_size=32),
+    dict(replicas=8, batch_size=16, tensor_parallel=2),
+    dict(replicas=4, batch_size=16, tensor_parallel=4),
+    dict(replicas=2, batch_size=32, tensor_parallel=8),
+    dict(replicas=8, batch_size=16, pipeline=2, micro_batches=2),
+    dict(replicas=8, batch_size=16, pipeline=2, micro_batches=4),
+    dict(replicas=4, batch_size=16, pipeline=4, micro_batches=4),
+    dict(replicas=4, batch_size=16, pipeline=2, micro_batches=4, tensor_parallel=2),
+    dict(replicas=16, batch_size=16, recompute=True),
+    dict(replicas=16, batch_size=16, precision="fp16"),
+)
+
+
+def mapping_of(config: nn.TrainConfig, model, sample=SAMPLE) -> plan.Mapping:
+    """The planner's mapping of a trainer's config: its stages (the config's cuts), t, r,
+    micro-batches of batch / M samples, precision and recompute."""
+    cuts = config.cuts(model, sample) or []
+    bounds = [0, *cuts, len(model)]
+    stages = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+    micro = config.micro if config.pipeline is not None else 1
+    return plan.make_mapping(tensor_parallel=(config.tensor_parallel, 1),
+                             pipeline=len(stages), replicas=config.replicas,
+                             layers_per_stage=stages, micro=config.batch_size // micro,
+                             ga=micro, precision=config.precision,
+                             recompute=config.recompute)
+
+
+def label(options: dict) -> str:
+    names = {"tensor_parallel": "t", "pipeline": "p", "replicas": "r", "micro_batches": "M",
+             "batch_size": "b"}
+    return " ".join(f"{names.get(k, k)}={v}" if not isinstance(v, bool) else k
+                    for k, v in options.items())
+
+
+def run(name: str, options: dict, tiles: int = TILES) -> dict:
+    """Simulate one mapping and predict it: a row of the table."""
+    x, y, _, _ = data.digits()
+    model = MODELS[name]()
+    device = devices.pod(16, tiles_per_ipu=tiles)
+    trainer = nn.Trainer(model, device, **options)
+    n = trainer.global_batch_size
+    trainer.fit(x[:n], y[:n], shuffle=False)
+    profile = trainer.profile()
+    per_ipu = profile.memory_total.reshape(profile.num_ipus, -1).sum(axis=1)
+    spec = plan.spec_from_model(model, SAMPLE, name)
+    guess = plan.small_scale(spec, device.target,
+                             mapping_of(trainer.config, model), trainer.batch_size)
+    sim_cycles, sim_bytes = int(profile.total_cycles), int(per_ipu.max())
+    return {"model": name, "mapping": label(options), "plan_cycles": guess["cycles"],
+            "sim_cycles": sim_cycles, "cycles_error": guess["cycles"] / sim_cycles - 1,
+            "plan_bytes": guess["bytes_per_ipu"], "sim_bytes": sim_bytes,
+            "bytes_error": guess["bytes_per_ipu"] / sim_bytes - 1}
+
+
+def main(cases=None) -> list[dict]:
+    """Every (model, mapping) of the grid (or `cases`), printed as a table with the worst
+    errors; returns the rows."""
+    cases = cases or [(name, options) for name in MODELS for options in GRID]
+    rows = [run(name, options) for name, options in cases]
+    head = ("model", "mapping", "plan cycles", "sim cycles", "err", "plan B/IPU", "sim B/IPU",
+            "err")
+    table = [head] + [(r["model"], r["mapping"], f"{r['plan_cycles']:,}",
+                       f"{r['sim_cycles']:,}", f"{r['cycles_error']:+.1%}",
+                       f"{r['plan_bytes']:,}", f"{r['sim_bytes']:,}",
+                       f"{r['bytes_error']:+.1%}") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    print("\nThe planner's small-scale mode against the simulator (Pod16, "
+          f"{TILES} tiles per IPU)")
+    for row in table:
+        print("  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))))
+    cyc = max(rows, key=lambda r: abs(r["cycles_error"]))
+    mem = max(rows, key=lambda r: abs(r["bytes_error"]))
+    print(f"  worst cycles error {cyc['cycles_error']:+.1%} ({cyc['model']}, {cyc['mapping']}); "
+          f"worst bytes-per-IPU error {mem['bytes_error']:+.1%} ({mem['model']}, "
+          f"{mem['mapping']}); within 15%: cycles "
+          f"{sum(abs(r['cycles_error']) <= 0.15 for r in rows)}/{len(rows)}, bytes "
+          f"{sum(abs(r['bytes_error']) <= 0.15 for r in rows)}/{len(rows)}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Small-scale mode: one training step of an nn model on a simulated target, in cycles.
+
+At full scale the planner times FLOPs at a share of peak (timing.py); a step of a small model
+on a few tiles is instead dominated by what the cycle model charges per superstep. This mode
+prices the step from the cycle model itself (arch.CostModel and the target), without running
+anything:
+
+  products     each Conv2d and Linear product (forward, weight gradient, input gradient) as
+               poplin.plan_mat_mul plans it on one IPU's tiles (its prediction is the
+               simulator's cycles for inputs laid out as it wants), each compute set paying the
+               target's sync instead of one IPU's;
+  maps         ReLU, its gradient, pooling, the loss and the SGD update as element-wise passes:
+               the cost model's default vertex estimate (overhead + one cycle per element
+               touched) per worker of 6, plus one superstep;
+  host         the step's four FIFO copies (images, labels, loss, correct) at the host link;
+  replicas     the ring all-reduce of the gradients: 2(r − 1) exchanges of a chunk over the
+               slowest pair of the ring (Target.link_cycles) and r − 1 combining maps;
+  tensor       t shards by output channels: each product has 1/t of the outputs, the input is
+               copied to every shard's IPU and the partial input gradients are summed across
+               the IPUs (a copy over the IPU-Links and a map);
+  pipeline     stage s on its own IPU; in slot k stage s works on micro-batch k − s, so each of
+               the M + p − 1 slots of a phase costs the slowest stage's work, and activations
+               (gradients) cross to the next (previous) stage over the IPU-Links.
+
+Memory (bytes of the fullest IPU) by kind, at this scale: fp32 weights and gradients (and the
+fp16 copy), the activations kept for the backward pass, exchange buffers (each tile keeps room
+for the largest blocks a product sends it), code (codelets, control code per compute set) and
+vertex state, at the cost model's sizes.
+"""
+from __future__ import annotations
+
+from math import ceil
+
+from .. import poplin
+from ..popnn.loss import SoftmaxCrossEntropy
+from ..target import Target
+
+LABEL_BYTES = 4             # labels stream in as INT (4 bytes)
+WORKERS = 6
+
+
+class StepModel:
+    """One step of `spec` (an nn model's spec) on `target` with a mapping: its cycles by
+    part (parts) and the bytes of its fullest IPU by kind (memory)."""
+
+    def __init__(self, spec, target, mapping, batch: int):
+        self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
+        self.one_ipu = Target(target.chip, 1, target.tiles_per_ipu)
+        self.sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
+        self.bytes = 2 if mapping.precision == "fp16" else 4
+
+    # --- pieces --------------------------------------------------------------------------
+    def product(self, m: int, k: int, n: int) -> int:
+        """A product on one IPU as poplin plans it, its syncs at this target's price."""
+        if min(m, k, n) < 1:
+            return 0
+        plan = poplin.plan_mat_mul(self.one_ipu, m, k, n,
+                                   dtype="half" if self.bytes == 2 else "float")
+        c, blk = plan.cycles, plan.block
+        steps = 1 + (c["reduction_compute"] > 0)
+        # the inputs come as the layer before left them, not as the plan wants: every tile
+        # receives its whole blocks of A and B (the plan counts only the pieces it lacks)
+        gather = ceil((blk.m * blk.k + blk.k * blk.n) * self.bytes
+                      / self.target.exchange_bytes_per_cycle) + self.target.cost.exchange_setup_cycles
+        return c["total"] - c["sync"] + steps * self.sync + max(0, gather - c["exchange"])
+
+    def elementwise(self, elements: int, touched: int = 2) -> int:
+        """A map over `elements` spread over one IPU's tiles: two supersteps (popops maps the
+        bulk with one vertex per worker, the remainder in a second compute set), the default
+        vertex estimate of each worker's share (overhead + `touched` per element)."""
+        cost = self.target.cost
+        share = ceil(elements / (self.target.tiles_per_ipu * WORKERS))
+        return 2 * self.sync + WORKERS * (cost.vertex_overhead_cycles
+                                          + cost.vertex_cycles_per_element * touched * share)
+
+    def link(self, nbytes: int) -> int:
+        """Moving nbytes to the neighbouring IPU, one superstep."""
+        return self.sync + self.target.link_cycles(int(nbytes), 0, 1) if nbytes else 0
+
+    # --- a block -------------------------------------------------------------------------
+    def block(self, i: int, n: int, backward: bool) -> int:
+        """Cycles of block i on a micro-batch of n samples (forward, or backward)."""
+        b, t = self.spec.blocks[i], self.m.t
+        relu = i + 1 < len(self.spec.blocks) and self.spec.blocks[i + 1].kind == "ReLU"
+        if b.kind == "Conv2d":
+            c, o, kh, kw, ho, wo, bias = b.shape
+            fan, p, hw = c * kh * kw + bias, n * ho * wo, b.keep // c
+            out = n * ceil(o / t) * ho * wo
+            if not backward:
+                return self.product(ceil(o / t), fan, p) + relu * self.elementwise(out) \
+                    + self._scatter(n * b.keep)
+            dx = (self.product(c, ceil(o / t) * kh * kw, n * hw) + self._gather(n * b.keep)
+                  if i > 0 else 0)
+            return relu * self.elementwise(out, 3) + self.product(ceil(o / t), p, fan) + dx
+        if b.kind == "Linear":
+            fin, o, bias = b.shape
+            if not backward:
+                return self.product(n, fin + bias, ceil(o / t)) + \
+                    relu * self.elementwise(n * ceil(o / t)) + self._scatter(n * fin)
+            dx = self.product(n, ceil(o / t), fin) + self._gather(n * fin) if i > 0 else 0
+            return relu * self.elementwise(n * ceil(o / t), 3) + \
+                self.product(ceil(o / t), n, fin + bias) + dx
+        if b.kind in ("MaxPool2d", "AvgPool2d"):
+            c, ho, wo, kh, kw = b.shape
+            return self.elementwise(n * c * ho * wo, kh * kw + 1 + backward)
+        if b.kind in ("ReLU", "Dropout") and not (i > 0 and self.spec.blocks[i - 1].kind in
+                                                  ("Conv2d", "Linear")):
+            return self.elementwise(n * b.keep, 2 + backward)
+        return 0
+
+    def _scatter(self, elements: int) -> int:
+        """Tensor sharding: the input copied to the other shards' IPUs."""
+        return self.link(elements * self.bytes) if self.m.t > 1 else 0
+
+    def _gather(self, elements: int) -> int:
+        """Tensor sharding: the partial input gradients summed across the shards' IPUs."""
+        if self.m.t == 1:
+            return 0
+        return self.link(elements * self.bytes) + self.elementwise(elements, 3)
+
+    # --- the step ------------------------------------------------------------------------
+    def _stages(self) -> list[range]:
+        out, start = [], 0
+        for count in self.m.layers_per_stage:
+            out.append(range(start, start + count))
+            start += count
+        return out
+
+    def _ring(self, elements: int) -> int:
+        """The ring all-reduce of `elements` gradients per IPU over the replicas."""
+        r, span = self.m.replicas, self.m.t * self.m.pipeline
+        if r == 1 or not elements:
+            return 0
+        chunk = ceil(elements / r) * self.bytes
+        hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
+                  for j in range(r) for k in range(span))
+        return 2 * (r - 1) * (self.sync + hop) + (r - 1) * self.elementwise(ceil(elements / r), 3)
+
+    def parts(self) -> dict:
+        """Cycles of the step by part: host, forward, loss, backward, pipeline, replicas,
+        update."""
+        m, stages = self.m, self._stages()
+        micro, n = m.ga, m.micro
+        fwd = [sum(self.block(i, n, False) for i in s) for s in stages]
+        bwd = [sum(self.block(i, n, True) for i in s) + m.recompute * f
+               for s, f in zip(stages, fwd)]
+        classes = self.spec.blocks[-1].reduce
+        # softmax cross-entropy (its codelet's estimate), then the sums of loss and correct
+        loss = self.sync + SoftmaxCrossEntropy.cycle_estimate(
+            1, logits=(n * classes,), labels=(n,)) + 3 * (self.sync + WORKERS * (
+                self.target.cost.vertex_overhead_cycles + n))
+        slots = micro + m.pipeline - 1
+        cut = [n * self.spec.blocks[s[-1]].reduce or n * self.spec.blocks[s[-1]].keep
+               for s in stages[:-1]]
+        hop = max([self.link(c * self.bytes) for c in cut] or [0])
+        params = max(sum(self.spec.blocks[i].params for i in s) for s in stages) // m.t
+        sample = 1
+        for d in self.spec.dims["sample_shape"]:
+            sample *= d
+        x_bytes = self.batch * m.replicas * sample * self.bytes
+        host = sum(self.sync + self.target.host_cycles(b) for b in (
+            x_bytes, self.batch * m.replicas * LABEL_BYTES, 4 * m.replicas, 4 * m.replicas))
+        return {"host": host, "forward": slots * max(fwd), "loss": micro * loss,
+                "backward": slots * max(bwd), "pipeline": 2 * slots * hop * (m.pipeline > 1),
+                "replicas": self._ring(params), "update": self.elementwise(params, 3)}
+
+    # --- memory ------------------------------------------------------------------------
+    def products_of(self, i: int, n: int) -> list[tuple]:
+        """(m, k, n) of block i's products on a micro-batch of n samples."""
+        b, t = self.spec.blocks[i], self.m.t
+        if b.kind == "Conv2d":
+            c, o, kh, kw, ho, wo, bias = b.shape
+            fan, p, oc = c * kh * kw + bias, n * ho * wo, ceil(o / t)
+            return [(oc, fan, p), (oc, p, fan)] + ([(c, oc * kh * kw, n * b.keep // c)]
+                                                  if i > 0 else [])
+        if b.kind == "Linear":
+            fin, o, bias = b.shape
+            oc = ceil(o / t)
+            return [(n, fin + bias, oc), (oc, n, fin + bias)] + ([(n, oc, fin)] if i > 0 else [])
+        return []
+
+    def _plans(self, blocks, n: int) -> list:
+        return [poplin.plan_mat_mul(self.one_ipu, *dims,
+                                    dtype="half" if self.bytes == 2 else "float")
+                for i in blocks for dims in self.products_of(i, n)]
+
+    def _map_tiles(self, elements: int) -> int:
+        """Tiles a map of `elements` spans: whole grains of 8 elements per tile at least."""
+        return min(self.target.tiles_per_ipu, ceil(elements / 8))
+
+    def tile_presence(self, blocks, n: int, plans) -> int:
+        """Sum over the IPU's compute sets of the tiles that take part in each (a vertex and
+        its control code on each): products on their plans' tiles, maps on the tiles their
+        elements span, the all-reduce's combines on the tiles of a chunk, loss and update."""
+        micro = self.m.ga if self.m.pipeline > 1 else 1
+        maps = sum(2 * self._map_tiles(n * (self.spec.blocks[i].keep or 1)) for i in blocks)
+        per_micro = sum(p.tiles_used * (1 + (p.split.k > 1)) for p in plans) + 2 * maps
+        params = sum(self.spec.blocks[i].params for i in blocks) // self.m.t
+        ring = 3 * (self.m.replicas - 1) * self._map_tiles(ceil(params / self.m.replicas))
+        return per_micro * micro * (1 + self.m.recompute) + ring + 2 * self._map_tiles(params)
+
+    def stage_bytes(self, s: int, blocks) -> dict:
+        """Bytes of the IPU of stage s by kind: fp32 weights and gradients (and the fp16
+        copy), the activations kept for the backward pass (every micro-batch's in a
+        pipeline, 1/t of them under tensor sharding), exchange buffers (each tile keeps room
+        for the largest A and B blocks it receives), code (each codelet once per tile,
+        control code per compute set a tile takes part in) and vertex state (a vertex of
+        4 vector fields per tile and compute set)."""
+        m, n, cost, T = self.m, self.m.micro, self.target.cost, self.target.tiles_per_ipu
+        plans = self._plans(blocks, n)
+        params = sum(self.spec.blocks[i].params for i in blocks) // m.t
+        weights = params * (4 + 4 + (2 if self.bytes == 2 else 0))
+        kept = sum(self.spec.blocks[i].keep + (0 if m.recompute else
+                                               self.spec.blocks[i].reduce) for i in blocks)
+        flight = m.ga if m.pipeline > 1 else 1
+        acts = kept * n * self.bytes * flight // m.t
+        buffers = max([p.tiles_used * (p.block.m * p.block.k + p.block.k * p.block.n)
+                       for p in plans] + [0]) * self.bytes
+        present = self.tile_presence(blocks, n, plans)
+        code = T * cost.codelet_code_bytes * 8 + present * cost.control_code_bytes_per_step
+        state = present * (cost.vertex_header_bytes + 4 * cost.vector_field_bytes)
+        return {"weights_and_gradients": weights, "activations": acts,
+                "exchange_buffers": buffers, "code_and_vertex_state": code + state}
+
+    def memory(self) -> dict:
+        """The fullest stage's IPU by kind."""
+        return max((self.stage_bytes(s, b) for s, b in enumerate(self._stages())),
+                   key=lambda kinds: sum(kinds.values()))
+
+
+def small_scale(spec, target, mapping, batch: int) -> dict:
+    """The small-scale mode's prediction of one training step of an nn model's spec on a
+    (small) simulated target: {"cycles", "cycle_parts", "bytes_per_ipu", "memory_parts"}.
+    mapping: resolved (layers_per_stage; micro = samples per micro-batch, ga = micro-batches
+    per step); batch: samples per replica and step."""
+    model = StepModel(spec, target, mapping, batch)
+    parts, memory = model.parts(), model.memory()
+    return {"cycles": int(sum(parts.values())), "cycle_parts": parts,
+            "bytes_per_ipu": int(sum(memory.values())), "memory_parts": memory}

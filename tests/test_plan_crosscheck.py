@@ -1,0 +1,39 @@
+"""The planner's small-scale mode against the simulator, on part of the cross-check's grid
+(benchmarks/plan_crosscheck.py runs all 24 mappings): the cycles of a training step within
+15 %. The bytes of the fullest IPU are not yet modelled that closely (the whole grid's worst
+is about 43 %, mostly tensor sharding combined with pipelining): they are held to 45 % here
+so that the model does not drift further while it is improved."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import plan_crosscheck  # noqa: E402
+
+CASES = [
+    ("cnn", dict(replicas=16, batch_size=16)),
+    ("cnn", dict(replicas=4, batch_size=16, tensor_parallel=4)),
+    ("cnn", dict(replicas=4, batch_size=16, pipeline=4, micro_batches=4)),
+    ("mlp", dict(replicas=8, batch_size=16, tensor_parallel=2)),
+    ("mlp", dict(replicas=8, batch_size=16, pipeline=2, micro_batches=2)),
+    ("mlp", dict(replicas=16, batch_size=16, precision="fp16", recompute=True)),
+]
+
+
+@pytest.mark.parametrize("name, options", CASES, ids=[f"{n}-{plan_crosscheck.label(o)}"
+                                                      for n, o in CASES])
+def test_small_scale_mode_predicts_the_simulated_step(name, options):
+    row = plan_crosscheck.run(name, options)
+    assert abs(row["cycles_error"]) <= 0.15, row
+    assert abs(row["bytes_error"]) <= 0.45, row
+
+
+def test_the_mapping_of_a_trainer_config():
+    from ipulab import nn
+    model = nn.default_cnn()
+    cfg = nn.TrainConfig(replicas=4, batch_size=16, pipeline=[3, 6], micro_batches=4)
+    m = plan_crosscheck.mapping_of(cfg, model)
+    assert (m.pipeline, m.layers_per_stage, m.micro, m.ga) == (3, (3, 3, 2), 4, 4)
+    assert m.t * m.pipeline * m.replicas == 12
