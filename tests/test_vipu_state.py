@@ -25,30 +25,31 @@ def overlaps(db) -> list:
             if a[1] < b[1] + b[2] and b[1] < a[1] + a[2]]
 
 
-def worker(db: str, k: int, out) -> None:
-    """Create partitions of 1, 2 or 4 IPUs, holding at most two (the oldest goes); report
-    what happened and any overlap seen after each change."""
+def worker(db: str, k: int, start, out) -> None:
+    """Once every worker is ready, create partitions of 1, 2 or 4 IPUs, holding at most two
+    (the oldest goes); report what happened and any overlap seen after each change."""
     ctl = vipu.connect(db, user=f"u{k}", timeout=60)
-    created, removed, seen = [], [], []
+    created, removed, seen, full = [], [], [], 0
+    start.wait(120)
     for i in range(OPS):
         name = f"u{k}-{i}"
         try:
             ctl.create_partition(name, (1, 2, 4)[(k + i) % 3])
             created.append(name)
         except errors.NoFreeIpusError:
-            pass
+            full += 1
         if len(created) - len(removed) > 1:
             removed.append(ctl.remove_partition(created[len(removed)]).name)
         seen += overlaps(db)
-    out.put((k, created, removed, seen))
+    out.put((k, created, removed, seen, full))
 
 
 def test_eight_processes_at_once_never_share_an_ipu_and_lose_nothing(tmp_path):
     db = str(tmp_path / "vipu.sqlite")
     vipu.connect(db, user="admin").init("pod16")
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(db, k, out)) for k in range(WORKERS)]
+    out, start = ctx.Queue(), ctx.Barrier(WORKERS)
+    procs = [ctx.Process(target=worker, args=(db, k, start, out)) for k in range(WORKERS)]
     for p in procs:
         p.start()
     results = [out.get(timeout=120) for _ in procs]
@@ -56,11 +57,12 @@ def test_eight_processes_at_once_never_share_an_ipu_and_lose_nothing(tmp_path):
         p.join(timeout=60)
         assert p.exitcode == 0
     expected = set()
-    for k, created, removed, seen in results:
+    for k, created, removed, seen, _ in results:
         assert seen == [], f"worker {k} saw IPUs in two partitions: {seen}"
         assert set(removed) <= set(created)
         expected |= set(created) - set(removed)
     assert sum(len(r[1]) for r in results) > 2 * WORKERS
+    assert sum(r[4] for r in results) > 0        # they did compete: some found the Pod full
     stored = {name for (name,) in sqlite3.connect(db).execute("SELECT name FROM partitions")}
     assert stored == expected               # every create and remove that returned is there
     assert overlaps(db) == []
