@@ -36,3 +36,21 @@ def test_gantt_boxes_span_each_jobs_ipus_and_hours():
     assert fig.sizing_mode == "stretch_width"
     empty = viz.ipu_gantt({k: [] for k in JOBS}, 4)
     assert empty.select_one({"name": "jobs"}).data["name"].size == 0
+
+
+def test_the_pod_figures_and_widgets_fit_a_cell(tmp_path):
+    from test_figure_widths import check_fits
+
+    from ipulab import vipu, widgets
+    from ipulab.vipu.scheduler import Scheduler, generate_jobs
+
+    check_fits(viz.pod_partitions(16, PARTS), "pod_partitions, Pod16")
+    check_fits(viz.pod_partitions(64, PARTS, title="Bow Pod64: 16 x Bow-2000: partitions"),
+               "pod_partitions, Pod64")
+    day = Scheduler(16, "backfill").run(generate_jobs(45, seed=11))
+    check_fits(viz.ipu_gantt(day.gantt(), 16, reservations=day.promised(),
+                             subtitle="utilisation 58.6 %, mean wait 107.0 min"), "ipu_gantt")
+    ctl = vipu.connect(tmp_path / "pod.sqlite", "ada")
+    ctl.init("pod16")
+    check_fits(widgets.PodAdmin([ctl]), "PodAdmin")
+    check_fits(widgets.ScheduleExplorer(generate_jobs(45, seed=11)), "ScheduleExplorer")
