@@ -10,10 +10,10 @@ profile.total_cycles and the largest sum of profile.memory_total over one IPU's 
 """
 from __future__ import annotations
 
-from ipulab import data, devices, nn, plan
+from ipulab import data, devices, nn
+from ipulab.widgets.planner import crosscheck_row
 
 TILES = 16
-SAMPLE = (1, 8, 8)
 
 
 def mlp():
@@ -35,48 +35,18 @@ GRID = (
     dict(replicas=4, batch_size=16, pipeline=2, micro_batches=4, tensor_parallel=2),
     dict(replicas=16, batch_size=16, recompute=True),
     dict(replicas=16, batch_size=16, precision="fp16"),
+    dict(replicas=4, batch_size=64, tensor_parallel=4),
+    dict(replicas=4, batch_size=64, pipeline=4, micro_batches=4),
 )
-
-
-def mapping_of(config: nn.TrainConfig, model, sample=SAMPLE) -> plan.Mapping:
-    """The planner's mapping of a trainer's config: its stages (the config's cuts), t, r,
-    micro-batches of batch / M samples, precision and recompute."""
-    cuts = config.cuts(model, sample) or []
-    bounds = [0, *cuts, len(model)]
-    stages = tuple(b - a for a, b in zip(bounds, bounds[1:]))
-    micro = config.micro if config.pipeline is not None else 1
-    return plan.make_mapping(tensor_parallel=(config.tensor_parallel, 1),
-                             pipeline=len(stages), replicas=config.replicas,
-                             layers_per_stage=stages, micro=config.batch_size // micro,
-                             ga=micro, precision=config.precision,
-                             recompute=config.recompute)
-
-
-def label(options: dict) -> str:
-    names = {"tensor_parallel": "t", "pipeline": "p", "replicas": "r", "micro_batches": "M",
-             "batch_size": "b"}
-    return " ".join(f"{names.get(k, k)}={v}" if not isinstance(v, bool) else k
-                    for k, v in options.items())
 
 
 def run(name: str, options: dict, tiles: int = TILES) -> dict:
     """Simulate one mapping and predict it: a row of the table."""
     x, y, _, _ = data.digits()
-    model = MODELS[name]()
-    device = devices.pod(16, tiles_per_ipu=tiles)
-    trainer = nn.Trainer(model, device, **options)
+    trainer = nn.Trainer(MODELS[name](), devices.pod(16, tiles_per_ipu=tiles), **options)
     n = trainer.global_batch_size
     trainer.fit(x[:n], y[:n], shuffle=False)
-    profile = trainer.profile()
-    per_ipu = profile.memory_total.reshape(profile.num_ipus, -1).sum(axis=1)
-    spec = plan.spec_from_model(model, SAMPLE, name)
-    guess = plan.small_scale(spec, device.target,
-                             mapping_of(trainer.config, model), trainer.batch_size)
-    sim_cycles, sim_bytes = int(profile.total_cycles), int(per_ipu.max())
-    return {"model": name, "mapping": label(options), "plan_cycles": guess["cycles"],
-            "sim_cycles": sim_cycles, "cycles_error": guess["cycles"] / sim_cycles - 1,
-            "plan_bytes": guess["bytes_per_ipu"], "sim_bytes": sim_bytes,
-            "bytes_error": guess["bytes_per_ipu"] / sim_bytes - 1}
+    return crosscheck_row(trainer, name)
 
 
 def main(cases=None) -> list[dict]:

@@ -29,6 +29,7 @@ vertex state, at the cost model's sizes.
 """
 from __future__ import annotations
 
+from itertools import zip_longest
 from math import ceil
 
 from .. import poplin
@@ -49,73 +50,86 @@ class StepModel:
         self.sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         self.bytes = 2 if mapping.precision == "fp16" else 4
 
-    # --- pieces --------------------------------------------------------------------------
-    def product(self, m: int, k: int, n: int) -> int:
-        """A product on one IPU as poplin plans it, its syncs at this target's price."""
+    # --- pieces: each a list of its supersteps' cycles -----------------------------------
+    def product(self, m: int, k: int, n: int, window: int = 1) -> list[int]:
+        """A product on one IPU as poplin plans it (products, then the reduction when the
+        inner dimension is split), its syncs at this target's price. window: a convolution's
+        B operand is a patches view (im2col) in which every element of its tensor appears
+        kh·kw times; a tile receives each element once."""
         if min(m, k, n) < 1:
-            return 0
+            return []
         plan = poplin.plan_mat_mul(self.one_ipu, m, k, n,
                                    dtype="half" if self.bytes == 2 else "float")
         c, blk = plan.cycles, plan.block
-        steps = 1 + (c["reduction_compute"] > 0)
         # the inputs come as the layer before left them, not as the plan wants: every tile
         # receives its whole blocks of A and B (the plan counts only the pieces it lacks)
-        gather = ceil((blk.m * blk.k + blk.k * blk.n) * self.bytes
+        gather = ceil((blk.m * blk.k + blk.k * blk.n // window) * self.bytes
                       / self.target.exchange_bytes_per_cycle) + self.target.cost.exchange_setup_cycles
-        return c["total"] - c["sync"] + steps * self.sync + max(0, gather - c["exchange"])
+        steps = [self.sync + max(gather, c["exchange"]) + c["compute"]]
+        if c["reduction_compute"]:
+            steps.append(self.sync + c["reduction_exchange"] + c["reduction_compute"])
+        return steps
 
-    def elementwise(self, elements: int, touched: int = 2) -> int:
+    def elementwise(self, elements: int, touched: int = 2) -> list[int]:
         """A map over `elements` spread over one IPU's tiles: two supersteps (popops maps the
         bulk with one vertex per worker, the remainder in a second compute set), the default
         vertex estimate of each worker's share (overhead + `touched` per element)."""
         cost = self.target.cost
         share = ceil(elements / (self.target.tiles_per_ipu * WORKERS))
-        return 2 * self.sync + WORKERS * (cost.vertex_overhead_cycles
-                                          + cost.vertex_cycles_per_element * touched * share)
+        return [self.sync + WORKERS * (cost.vertex_overhead_cycles
+                                       + cost.vertex_cycles_per_element * touched * share),
+                self.sync]
 
-    def link(self, nbytes: int) -> int:
+    def link(self, nbytes: int) -> list[int]:
         """Moving nbytes to the neighbouring IPU, one superstep."""
-        return self.sync + self.target.link_cycles(int(nbytes), 0, 1) if nbytes else 0
+        return [self.sync + self.target.link_cycles(int(nbytes), 0, 1)] if nbytes else []
 
     # --- a block -------------------------------------------------------------------------
-    def block(self, i: int, n: int, backward: bool) -> int:
-        """Cycles of block i on a micro-batch of n samples (forward, or backward)."""
+    def block(self, i: int, n: int, backward: bool) -> list[int]:
+        """The supersteps of block i on a micro-batch of n samples (forward, or backward)."""
         b, t = self.spec.blocks[i], self.m.t
         relu = i + 1 < len(self.spec.blocks) and self.spec.blocks[i + 1].kind == "ReLU"
         if b.kind == "Conv2d":
             c, o, kh, kw, ho, wo, bias = b.shape
-            fan, p, hw = c * kh * kw + bias, n * ho * wo, b.keep // c
-            out = n * ceil(o / t) * ho * wo
+            fan, p, oc = c * kh * kw + bias, n * ho * wo, ceil(o / t)
+            out = n * oc * ho * wo
+            win = kh * kw
             if not backward:
-                return self.product(ceil(o / t), fan, p) + relu * self.elementwise(out) \
-                    + self._scatter(n * b.keep)
-            dx = (self.product(c, ceil(o / t) * kh * kw, n * hw) + self._gather(n * b.keep)
-                  if i > 0 else 0)
-            return relu * self.elementwise(out, 3) + self.product(ceil(o / t), p, fan) + dx
+                return self._scatter(n * b.keep) + self.product(oc, fan, p, win) + \
+                    relu * self.elementwise(out)
+            dx = (self.product(c, oc * win, n * (b.keep // c), win) + self._gather(n * b.keep)
+                  if i > 0 else [])
+            return relu * self.elementwise(out, 3) + self.product(oc, p, fan, win) + dx
         if b.kind == "Linear":
             fin, o, bias = b.shape
+            oc = ceil(o / t)
             if not backward:
-                return self.product(n, fin + bias, ceil(o / t)) + \
-                    relu * self.elementwise(n * ceil(o / t)) + self._scatter(n * fin)
-            dx = self.product(n, ceil(o / t), fin) + self._gather(n * fin) if i > 0 else 0
-            return relu * self.elementwise(n * ceil(o / t), 3) + \
-                self.product(ceil(o / t), n, fin + bias) + dx
+                return self._scatter(n * fin) + self.product(n, fin + bias, oc) + \
+                    relu * self.elementwise(n * oc)
+            dx = self.product(n, oc, fin) + self._gather(n * fin) if i > 0 else []
+            return relu * self.elementwise(n * oc, 3) + self.product(oc, n, fin + bias) + dx
         if b.kind in ("MaxPool2d", "AvgPool2d"):
             c, ho, wo, kh, kw = b.shape
             return self.elementwise(n * c * ho * wo, kh * kw + 1 + backward)
         if b.kind in ("ReLU", "Dropout") and not (i > 0 and self.spec.blocks[i - 1].kind in
                                                   ("Conv2d", "Linear")):
             return self.elementwise(n * b.keep, 2 + backward)
-        return 0
+        return []
 
-    def _scatter(self, elements: int) -> int:
+    def _accumulate(self, i: int) -> list[int]:
+        """A pipeline adds each micro-batch's weight gradients of block i to an accumulator."""
+        params = self.spec.blocks[i].params
+        return self.elementwise(ceil(params / self.m.t), 3) if self.m.pipeline > 1 and params \
+            else []
+
+    def _scatter(self, elements: int) -> list[int]:
         """Tensor sharding: the input copied to the other shards' IPUs."""
-        return self.link(elements * self.bytes) if self.m.t > 1 else 0
+        return self.link(elements * self.bytes) if self.m.t > 1 else []
 
-    def _gather(self, elements: int) -> int:
+    def _gather(self, elements: int) -> list[int]:
         """Tensor sharding: the partial input gradients summed across the shards' IPUs."""
         if self.m.t == 1:
-            return 0
+            return []
         return self.link(elements * self.bytes) + self.elementwise(elements, 3)
 
     # --- the step ------------------------------------------------------------------------
@@ -134,25 +148,25 @@ class StepModel:
         chunk = ceil(elements / r) * self.bytes
         hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
                   for j in range(r) for k in range(span))
-        return 2 * (r - 1) * (self.sync + hop) + (r - 1) * self.elementwise(ceil(elements / r), 3)
+        return 2 * (r - 1) * (self.sync + hop) + \
+            (r - 1) * sum(self.elementwise(ceil(elements / r), 3))
 
     def parts(self) -> dict:
         """Cycles of the step by part: host, forward, loss, backward, pipeline, replicas,
         update."""
         m, stages = self.m, self._stages()
         micro, n = m.ga, m.micro
-        fwd = [sum(self.block(i, n, False) for i in s) for s in stages]
-        bwd = [sum(self.block(i, n, True) for i in s) + m.recompute * f
-               for s, f in zip(stages, fwd)]
+        fwd = [[c for i in s for c in self.block(i, n, False)] for s in stages]
+        bwd = [[c for i in reversed(s) for c in self.block(i, n, True) + self._accumulate(i)]
+               + m.recompute * f for s, f in zip(stages, fwd)]
         classes = self.spec.blocks[-1].reduce
         # softmax cross-entropy (its codelet's estimate), then the sums of loss and correct
+        per_tile = ceil(n / self.target.tiles_per_ipu)      # samples spread over the tiles
         loss = self.sync + SoftmaxCrossEntropy.cycle_estimate(
-            1, logits=(n * classes,), labels=(n,)) + 3 * (self.sync + WORKERS * (
+            1, logits=(per_tile * classes,), labels=(per_tile,)) + 3 * (self.sync + WORKERS * (
                 self.target.cost.vertex_overhead_cycles + n))
-        slots = micro + m.pipeline - 1
-        cut = [n * self.spec.blocks[s[-1]].reduce or n * self.spec.blocks[s[-1]].keep
-               for s in stages[:-1]]
-        hop = max([self.link(c * self.bytes) for c in cut] or [0])
+        hops = [self.link(n * (self.spec.blocks[s[-1]].reduce or self.spec.blocks[s[-1]].keep)
+                          * self.bytes) for s in stages[:-1]] + [[]]
         params = max(sum(self.spec.blocks[i].params for i in s) for s in stages) // m.t
         sample = 1
         for d in self.spec.dims["sample_shape"]:
@@ -160,9 +174,20 @@ class StepModel:
         x_bytes = self.batch * m.replicas * sample * self.bytes
         host = sum(self.sync + self.target.host_cycles(b) for b in (
             x_bytes, self.batch * m.replicas * LABEL_BYTES, 4 * m.replicas, 4 * m.replicas))
-        return {"host": host, "forward": slots * max(fwd), "loss": micro * loss,
-                "backward": slots * max(bwd), "pipeline": 2 * slots * hop * (m.pipeline > 1),
-                "replicas": self._ring(params), "update": self.elementwise(params, 3)}
+        return {"host": host, "forward": self._slots(fwd), "loss": micro * loss,
+                "backward": self._slots(bwd[::-1]), "pipeline": 2 * self._slots(hops),
+                "replicas": self._ring(params), "update": sum(self.elementwise(params, 3))}
+
+    def _slots(self, work: list) -> int:
+        """A phase of the pipeline: in slot k, stage s works on micro-batch k − s (if there is
+        one). The stages' supersteps are zipped into shared ones (poplar.parallel), each as
+        long as its slowest stage's; with one stage, the micro-batches one after another."""
+        M, total = self.m.ga, 0
+        for k in range(M + len(work) - 1):
+            active = [w for s, w in enumerate(work) if 0 <= k - s < M]
+            total += sum(max(step) for step in zip_longest(*active, fillvalue=0)) \
+                if active else 0
+        return total
 
     # --- memory ------------------------------------------------------------------------
     def products_of(self, i: int, n: int) -> list[tuple]:

@@ -13,7 +13,7 @@ import html
 
 import ipywidgets as W
 
-from .. import plan
+from .. import nn, plan
 from ..errors import PlanError
 from ..viz.planner import memory_bars, time_breakdown
 from ._common import bokeh_pane
@@ -24,6 +24,45 @@ def _shards(num_ipus: int) -> list[str]:
     powers = [1 << k for k in range(num_ipus.bit_length()) if num_ipus % (1 << k) == 0]
     return [f"{t // t2}x{t2}" if t2 > 1 else str(t) for t in powers
             for t2 in [1] + [x for x in powers if 2 <= x and x * x <= t]]
+
+
+def mapping_of(config, model, sample_shape) -> plan.Mapping:
+    """The planner's mapping of an nn.TrainConfig: its stages (the config's cuts), t, r,
+    micro-batches of batch / M samples, precision and recompute."""
+    cuts = config.cuts(model, sample_shape) or []
+    bounds = [0, *cuts, len(model)]
+    stages = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+    micro = config.micro if config.pipeline is not None else 1
+    return plan.make_mapping(tensor_parallel=(config.tensor_parallel, 1),
+                             pipeline=len(stages), replicas=config.replicas,
+                             layers_per_stage=stages, micro=config.batch_size // micro,
+                             ga=micro, precision=config.precision, recompute=config.recompute)
+
+
+def crosscheck_row(trainer: nn.Trainer, name: str = "model") -> dict:
+    """The planner's small-scale prediction of a trainer's step against its profile (the
+    trainer has run a step): cycles, and bytes of the fullest IPU, with the errors."""
+    profile = trainer.profile()
+    per_ipu = profile.memory_total.reshape(profile.num_ipus, -1).sum(axis=1)
+    spec = plan.spec_from_model(trainer.model, trainer.input_shape, name)
+    guess = plan.small_scale(spec, trainer.device.target,
+                             mapping_of(trainer.config, trainer.model, trainer.input_shape),
+                             trainer.batch_size)
+    sim_cycles, sim_bytes = int(profile.total_cycles), int(per_ipu.max())
+    return {"model": name, "mapping": plan_label(trainer.config),
+            "plan_cycles": guess["cycles"], "sim_cycles": sim_cycles,
+            "cycles_error": guess["cycles"] / sim_cycles - 1,
+            "plan_bytes": guess["bytes_per_ipu"], "sim_bytes": sim_bytes,
+            "bytes_error": guess["bytes_per_ipu"] / sim_bytes - 1}
+
+
+def plan_label(config) -> str:
+    """t · p · r of a config, its micro-batches and what else differs from a plain step."""
+    parts = [f"t {config.tensor_parallel} · p {config.num_stages} · r {config.replicas}",
+             f"b {config.batch_size}"]
+    parts += [f"M {config.micro}"] * (config.pipeline is not None)
+    parts += ["recompute"] * config.recompute + [config.precision] * (config.precision != "fp32")
+    return ", ".join(parts)
 
 
 def crosscheck_table(rows: list[dict]) -> str:
