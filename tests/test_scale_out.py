@@ -300,3 +300,16 @@ def test_dropout_draws_the_same_masks_phased_and_sharded(digits, bow2000):
                         **kw)
         losses.append(tr.fit(*(a[:160] for a in digits), shuffle=False)["loss"])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=0)
+
+
+def test_execution_phased_cuts_one_phase_per_layer_with_weights():
+    """execution="phased" alone: the finest cut; phases=k still chooses k; bad names refused."""
+    cfg = nn.TrainConfig(execution="phased")
+    assert cfg.phased and cfg.phase_spans(wide_mlp()) == [(0, 3), (3, 5), (5, 6)]
+    assert nn.TrainConfig(execution="phased", phases=2).phase_spans(wide_mlp()) == \
+        [(0, 3), (3, 6)]
+    assert not nn.TrainConfig().phased
+    with pytest.raises(ConfigError, match="execution must be one of default, phased"):
+        nn.TrainConfig(execution="streamed")
+    with pytest.raises(ConfigError, match="does not combine with pipeline="):
+        nn.TrainConfig(execution="phased", pipeline=2)

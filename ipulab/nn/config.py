@@ -24,6 +24,7 @@ from .pipeline import balanced_cuts, stage_spans
 
 PRECISIONS = ("fp32", "fp16")
 OPTIMIZERS = ("sgd",)
+EXECUTIONS = ("default", "phased")
 OPTIMIZER_STATES = ("on-chip", "off-chip")
 HALF_LOSS_SCALE = 128.0         # fp16's default loss scaling: small gradients survive in half
 
@@ -86,7 +87,8 @@ class TrainConfig:
     Memory, sharded over the replicas with rts, loaded before each phase's forward and
     backward and stored after its update (nn/phased.py); 1: not phased. At most one phase
     per layer with weights; not with pipeline= (the phases run one after another on the
-    same IPUs instead).
+    same IPUs instead). execution="phased" with phases=1: one phase per layer with weights
+    (the finest cut); "default" runs phased only when phases > 1.
     """
 
     replicas: int | None = 1
@@ -107,6 +109,7 @@ class TrainConfig:
     rts: bool = False
     tensor_parallel: int = 1
     phases: int = 1
+    execution: str = "default"
 
     def __post_init__(self):
         fix = (lambda name, value: object.__setattr__(self, name, value))
@@ -117,7 +120,10 @@ class TrainConfig:
         fix("epochs", _int(self.epochs, "epochs"))
         fix("tensor_parallel", _int(self.tensor_parallel, "tensor_parallel"))
         fix("phases", _int(self.phases, "phases"))
-        if self.phases > 1 and self.pipeline is not None:
+        if self.execution not in EXECUTIONS:
+            raise ConfigError("execution", f"must be one of {', '.join(EXECUTIONS)}",
+                              self.execution)
+        if self.phased and self.pipeline is not None:
             raise ConfigError("phases", "runs the phases one after another on the same IPUs: "
                               "it does not combine with pipeline=", self.phases)
         fix("recompute", bool(self.recompute))
@@ -206,7 +212,12 @@ class TrainConfig:
         """Whether optimizer state goes to Streaming Memory: asked for, or phased (a phase's
         state streams with its weights), and there is some (SGD keeps a velocity only with
         momentum)."""
-        return (self.optimizer_state == "off-chip" or self.phases > 1) and self.momentum > 0
+        return (self.optimizer_state == "off-chip" or self.phased) and self.momentum > 0
+
+    @property
+    def phased(self) -> bool:
+        """Whether the model runs as phases streamed from Streaming Memory."""
+        return self.phases > 1 or self.execution == "phased"
 
     @property
     def dtype(self):
@@ -270,7 +281,7 @@ class TrainConfig:
         """[(lo, hi)] layers of each phase, cut where the weights balance, each phase from a
         layer with weights on (None: not phased); ConfigError if the model has fewer layers
         with weights than phases."""
-        if self.phases == 1:
+        if not self.phased:
             return None
         weights = [sum(int(np.prod(s)) for s in layer.param_shapes().values())
                    for layer in model.layers]
@@ -278,7 +289,8 @@ class TrainConfig:
         if self.phases > len(starts):
             raise ConfigError("phases", f"must be at most the model's {len(starts)} layers "
                               f"with weights (every phase streams some)", self.phases)
-        cuts = balanced_cuts(model, None, self.phases, weights, starts[1:], "phases")
+        k = self.phases if self.phases > 1 else len(starts)
+        cuts = balanced_cuts(model, None, k, weights, starts[1:], "phases")
         edges = [0, *cuts, len(model)]
         return list(zip(edges[:-1], edges[1:]))
 
@@ -289,4 +301,4 @@ class TrainConfig:
         return r * batch_size <= samples and batch_size % self.micro == 0
 
 
-__all__ = ["TrainConfig", "PRECISIONS", "OPTIMIZERS", "OPTIMIZER_STATES"]
+__all__ = ["TrainConfig", "PRECISIONS", "OPTIMIZERS", "OPTIMIZER_STATES", "EXECUTIONS"]

@@ -59,7 +59,7 @@ class Trainer:
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
     micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
-    ("on-chip" or "off-chip"), rts, tensor_parallel and phases; or config= a TrainConfig. device: where to
+    ("on-chip" or "off-chip"), rts, tensor_parallel, phases and execution ("phased"); or config= a TrainConfig. device: where to
     train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
     and compile now rather than at the first fit/evaluate/predict. options: Engine options
     (e.g. checked codelets).
@@ -71,7 +71,7 @@ class Trainer:
                  loss_scaling: float | None = None, options: dict | None = None,
                  micro_batches: int | None = None, optimizer_state: str = "on-chip",
                  rts: bool = False, tensor_parallel: int = 1, phases: int = 1,
-                 config: TrainConfig | None = None):
+                 execution: str = "default", config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         config = _config(config, dict(
@@ -79,7 +79,7 @@ class Trainer:
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
             loss_scaling=loss_scaling, micro_batches=micro_batches,
             optimizer_state=optimizer_state, rts=rts, tensor_parallel=tensor_parallel,
-            phases=phases))
+            phases=phases, execution=execution))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
@@ -131,7 +131,7 @@ class Trainer:
         c = self.config
         parts = [f"{name}={getattr(c, name)!r}" for name, default in
                  (("tensor_parallel", 1), ("rts", False), ("phases", 1),
-                  ("optimizer_state", "on-chip")) if getattr(c, name) != default]
+                  ("execution", "default"), ("optimizer_state", "on-chip")) if getattr(c, name) != default]
         return "".join(", " + p for p in parts)
 
     # --- building the graph -------------------------------------------------------------------
