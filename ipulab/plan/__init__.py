@@ -11,7 +11,6 @@ samples/s; a search over every valid mapping; checked against the simulator at s
 from .estimate import Estimate, estimate, system_of
 from .mapping import Mapping, balanced_stages, make_mapping, parse_mapping
 from .search import search
-from .smallscale import small_scale
 from .spec import (PRESETS, Block, ModelSpec, bert_base, bert_large, from_dims, gpt3_2_7b,
                    gpt3_175b, spec_from_model, transformer)
 
@@ -19,3 +18,11 @@ __all__ = ["Estimate", "estimate", "system_of", "Mapping", "balanced_stages", "m
            "parse_mapping", "search", "small_scale", "PRESETS", "Block", "ModelSpec", "bert_base",
            "bert_large", "from_dims", "gpt3_2_7b", "gpt3_175b", "spec_from_model",
            "transformer"]
+
+
+def __getattr__(name: str):
+    """small_scale on first use: it builds graphs (numba), which `ipulab plan` never needs."""
+    if name == "small_scale":
+        from .smallscale import small_scale
+        return small_scale
+    raise AttributeError(f"module 'ipulab.plan' has no attribute {name!r}")
