@@ -149,7 +149,8 @@ def test_every_viz_figure_fits_with_its_defaults(bow_trainer, pipelined):
 
 def test_the_figures_as_the_notebooks_size_them(bow_trainer, pipelined):
     """The arguments the notebooks pass (09: the heatmap and the liveness plot at 420 px
-    side by side in a wrapping box, the exchange matrix at 520 px, the trace of 16 rows)."""
+    side by side in a wrapping box, the exchange matrix at 520 px, the trace of 16 rows; 08:
+    two liveness plots in a wrapping box; 05: a liveness plot at 680 px)."""
     for t in (bow_trainer, pipelined):
         p = t.profile()
         check_fits(viz.liveness(p, width=420), "09: Memory in use over the run")
@@ -160,6 +161,11 @@ def test_the_figures_as_the_notebooks_size_them(bow_trainer, pipelined):
                                BokehModel(viz.liveness(p, width=420))],
                               layout=ipywidgets.Layout(flex_flow="row wrap"))
         check_fits(both, "09: heatmap and liveness, wrapping")
+    pair = ipywidgets.Box([BokehModel(viz.liveness(t.profile(), width=420))
+                           for t in (bow_trainer, pipelined)],
+                          layout=ipywidgets.Layout(flex_flow="row wrap"))
+    check_fits(pair, "08: liveness kept and recomputed, wrapping")
+    check_fits(viz.liveness(pipelined.profile(), width=680), "05: liveness")
 
 
 def test_the_dashboards_fit(bow_trainer):
