@@ -5,7 +5,8 @@ Pod16 and its profile says what they were. A table per mapping, and the worst er
     python benchmarks/plan_crosscheck.py            # the whole grid (about a minute)
 
 Mappings are nn.TrainConfig options (t = tensor_parallel, p = pipeline stages, r = replicas,
-micro-batches, recompute, precision) with t·p·r = 16; the simulator's numbers are
+micro-batches, recompute, precision, momentum with RTS, off-chip state and phases) with
+t·p·r = 16; the simulator's numbers are
 profile.total_cycles and the largest sum of profile.memory_total over one IPU's tiles.
 """
 from __future__ import annotations
@@ -37,6 +38,12 @@ GRID = (
     dict(replicas=16, batch_size=16, precision="fp16"),
     dict(replicas=4, batch_size=64, tensor_parallel=4),
     dict(replicas=4, batch_size=64, pipeline=4, micro_batches=4),
+    dict(replicas=16, batch_size=16, momentum=0.9, rts=True),
+    dict(replicas=16, batch_size=16, momentum=0.9, optimizer_state="off-chip"),
+    dict(replicas=8, batch_size=16, tensor_parallel=2, momentum=0.9, rts=True,
+         optimizer_state="off-chip"),
+    dict(replicas=16, batch_size=16, momentum=0.9, phases=2),
+    dict(replicas=16, batch_size=16, momentum=0.9, phases=3, rts=True),
 )
 
 

@@ -1,5 +1,5 @@
 """The planner's small-scale mode against the simulator, on part of the cross-check's grid
-(benchmarks/plan_crosscheck.py runs all 24 mappings): the cycles of a training step within
+(benchmarks/plan_crosscheck.py runs all 38 mappings): the cycles of a training step within
 15 %. The bytes of the fullest IPU are not yet modelled that closely (the whole grid's worst
 is about 43 %, mostly tensor sharding combined with pipelining): they are held to 45 % here
 so that the model does not drift further while it is improved."""
@@ -19,6 +19,9 @@ CASES = [
     ("mlp", dict(replicas=8, batch_size=16, tensor_parallel=2)),
     ("mlp", dict(replicas=8, batch_size=16, pipeline=2, micro_batches=2)),
     ("mlp", dict(replicas=16, batch_size=16, precision="fp16", recompute=True)),
+    ("mlp", dict(replicas=8, batch_size=16, tensor_parallel=2, momentum=0.9, rts=True,
+                 optimizer_state="off-chip")),
+    ("cnn", dict(replicas=16, batch_size=16, momentum=0.9, phases=3, rts=True)),
 ]
 
 

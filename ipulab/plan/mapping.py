@@ -44,6 +44,7 @@ class Mapping:
     precision: str = "fp16"
     optimizer: str = "sgd"
     recompute: bool = True
+    layers_per_phase: tuple | None = None     # None: ceil(layers / phases) consecutive layers
 
     @property
     def t(self) -> int:

@@ -44,8 +44,9 @@ class StepModel:
     """One step of `spec` (an nn model's spec) on `target` with a mapping: its cycles by
     part (parts) and the bytes of its fullest IPU by kind (memory)."""
 
-    def __init__(self, spec, target, mapping, batch: int):
+    def __init__(self, spec, target, mapping, batch: int, momentum: bool = False):
         self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
+        self.momentum = momentum
         self.one_ipu = Target(target.chip, 1, target.tiles_per_ipu)
         self.sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         self.bytes = 2 if mapping.precision == "fp16" else 4
@@ -141,14 +142,18 @@ class StepModel:
         return out
 
     def _ring(self, elements: int) -> int:
-        """The ring all-reduce of `elements` gradients per IPU over the replicas."""
+        """The ring over the replicas of `elements` gradients per IPU: a reduce-scatter
+        (r − 1 exchanges and combining maps) and r − 1 exchanges of all-gather, of the summed
+        gradients or, under RTS, of the updated weights; a phased RTS model gathers a phase's
+        weights before its forward and again before its backward."""
         r, span = self.m.replicas, self.m.t * self.m.pipeline
         if r == 1 or not elements:
             return 0
         chunk = ceil(elements / r) * self.bytes
         hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
                   for j in range(r) for k in range(span))
-        return 2 * (r - 1) * (self.sync + hop) + \
+        gathers = 2 if self.m.rts and self.m.phased else 1
+        return (1 + gathers) * (r - 1) * (self.sync + hop) + \
             (r - 1) * sum(self.elementwise(ceil(elements / r), 3))
 
     def parts(self) -> dict:
@@ -168,6 +173,7 @@ class StepModel:
         hops = [self.link(n * (self.spec.blocks[s[-1]].reduce or self.spec.blocks[s[-1]].keep)
                           * self.bytes) for s in stages[:-1]] + [[]]
         params = max(sum(self.spec.blocks[i].params for i in s) for s in stages) // m.t
+        phases = [sum(self.spec.blocks[i].params for i in ph) // m.t for ph in self._phases()]
         sample = 1
         for d in self.spec.dims["sample_shape"]:
             sample *= d
@@ -176,7 +182,39 @@ class StepModel:
             x_bytes, self.batch * m.replicas * LABEL_BYTES, 4 * m.replicas, 4 * m.replicas))
         return {"host": host, "forward": self._slots(fwd), "loss": micro * loss,
                 "backward": self._slots(bwd[::-1]), "pipeline": 2 * self._slots(hops),
-                "replicas": self._ring(params), "update": sum(self.elementwise(params, 3))}
+                "replicas": sum(self._ring(k) for k in phases), "update": self._update(params),
+                "streaming": sum(self._streaming(k) for k in phases) if m.phased else 0}
+
+    def _phases(self) -> list[range]:
+        """The blocks of each phase (one phase holding every block when not phased)."""
+        if not self.m.phased:
+            return [range(len(self.spec.blocks))]
+        sizes = self.m.layers_per_phase or [ceil(len(self.spec.blocks) / self.m.phases)] * \
+            self.m.phases
+        out, start = [], 0
+        for n in sizes:
+            out.append(range(start, min(start + n, len(self.spec.blocks))))
+            start += n
+        return out
+
+    def _streaming(self, params: int) -> int:
+        """A phase's copies to and from Streaming Memory (remote buffers, one superstep each):
+        its fp32 weights loaded before its forward and its backward and stored after its
+        update, and so its momentum (loaded, stored); 1/r of them under RTS."""
+        shard = ceil(params / self.m.replicas) if self.m.rts else params
+        nbytes = 4 * shard * self.target.system.ipus_per_machine
+        return (3 + 2 * self.momentum) * (self.sync + self.target.streaming_cycles(nbytes))
+
+    def _update(self, params: int) -> int:
+        """SGD on an IPU's weights (1/r of them under RTS: each replica updates its shard),
+        with momentum read and written; an off-chip momentum is loaded from Streaming Memory
+        before and stored after it (the machine's IPUs share its bandwidth)."""
+        shard = ceil(params / self.m.replicas) if self.m.rts else params
+        cycles = sum(self.elementwise(shard, 3 + 2 * self.momentum))
+        if self.momentum and self.m.optimizer_state == "off-chip":
+            nbytes = 4 * shard * self.target.system.ipus_per_machine
+            cycles += 2 * (self.sync + self.target.streaming_cycles(nbytes))
+        return cycles
 
     def _slots(self, work: list) -> int:
         """A phase of the pipeline: in slot k, stage s works on micro-batch k − s (if there is
@@ -234,7 +272,13 @@ class StepModel:
         m, n, cost, T = self.m, self.m.micro, self.target.cost, self.target.tiles_per_ipu
         plans = self._plans(blocks, n)
         params = sum(self.spec.blocks[i].params for i in blocks) // m.t
-        weights = params * (4 + 4 + (2 if self.bytes == 2 else 0))
+        if m.phased:          # only the phase that runs is on chip (the rest streams)
+            params = max(sum(self.spec.blocks[i].params for i in ph) for ph in self._phases()
+                         ) // m.t
+        shard = ceil(params / m.replicas) if m.rts else params
+        on_chip = self.momentum and m.optimizer_state == "on-chip"
+        weights = params * (4 + 4 + (2 if self.bytes == 2 else 0)) + 4 * shard * (
+            on_chip + m.rts)
         kept = sum(self.spec.blocks[i].keep + (0 if m.recompute else
                                                self.spec.blocks[i].reduce) for i in blocks)
         flight = m.ga if m.pipeline > 1 else 1
@@ -253,12 +297,13 @@ class StepModel:
                    key=lambda kinds: sum(kinds.values()))
 
 
-def small_scale(spec, target, mapping, batch: int) -> dict:
+def small_scale(spec, target, mapping, batch: int, momentum: bool = False) -> dict:
     """The small-scale mode's prediction of one training step of an nn model's spec on a
     (small) simulated target: {"cycles", "cycle_parts", "bytes_per_ipu", "memory_parts"}.
     mapping: resolved (layers_per_stage; micro = samples per micro-batch, ga = micro-batches
-    per step); batch: samples per replica and step."""
-    model = StepModel(spec, target, mapping, batch)
+    per step); batch: samples per replica and step; momentum: SGD keeps a velocity (the
+    optimizer state the mapping's optimizer_state and rts place)."""
+    model = StepModel(spec, target, mapping, batch, momentum)
     parts, memory = model.parts(), model.memory()
     return {"cycles": int(sum(parts.values())), "cycle_parts": parts,
             "bytes_per_ipu": int(sum(memory.values())), "memory_parts": memory}

@@ -33,10 +33,14 @@ def mapping_of(config, model, sample_shape) -> plan.Mapping:
     bounds = [0, *cuts, len(model)]
     stages = tuple(b - a for a, b in zip(bounds, bounds[1:]))
     micro = config.micro if config.pipeline is not None else 1
+    phases = config.phase_spans(model) or [(0, len(model))]
     return plan.make_mapping(tensor_parallel=(config.tensor_parallel, 1),
                              pipeline=len(stages), replicas=config.replicas,
                              layers_per_stage=stages, micro=config.batch_size // micro,
-                             ga=micro, precision=config.precision, recompute=config.recompute)
+                             ga=micro, precision=config.precision, recompute=config.recompute,
+                             rts=config.rts, optimizer_state=config.optimizer_state,
+                             phases=len(phases), layers_per_phase=tuple(
+                                 hi - lo for lo, hi in phases))
 
 
 def crosscheck_row(trainer: nn.Trainer, name: str = "model") -> dict:
@@ -47,7 +51,7 @@ def crosscheck_row(trainer: nn.Trainer, name: str = "model") -> dict:
     spec = plan.spec_from_model(trainer.model, trainer.input_shape, name)
     guess = plan.small_scale(spec, trainer.device.target,
                              mapping_of(trainer.config, trainer.model, trainer.input_shape),
-                             trainer.batch_size)
+                             trainer.batch_size, momentum=trainer.config.momentum > 0)
     sim_cycles, sim_bytes = int(profile.total_cycles), int(per_ipu.max())
     return {"model": name, "mapping": plan_label(trainer.config),
             "plan_cycles": guess["cycles"], "sim_cycles": sim_cycles,
@@ -62,6 +66,9 @@ def plan_label(config) -> str:
              f"b {config.batch_size}"]
     parts += [f"M {config.micro}"] * (config.pipeline is not None)
     parts += ["recompute"] * config.recompute + [config.precision] * (config.precision != "fp32")
+    parts += [f"momentum {config.momentum:g}"] * (config.momentum > 0) + ["rts"] * config.rts
+    parts += ["state off-chip"] * (config.optimizer_state == "off-chip")
+    parts += [f"phases {config.phases}"] * config.phased
     return ", ".join(parts)
 
 
