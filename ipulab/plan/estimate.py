@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from .. import arch
 from ..errors import PlanError
 from .mapping import Mapping, is_power_of_two
+from ..target import Target
 from .memory import sram_bytes, stage_memory, streaming_bytes_per_ipu
+from .smallscale import small_scale
 from .timing import step_times
 
 MB = 2**20
@@ -91,6 +93,15 @@ def _verdict(memory, peak, sram, stream, capacity) -> tuple[bool, str]:
     return True, f"fits: {peak / MB:,.0f} of {sram / MB:,.0f} MiB per IPU ({peak / sram:.0%})"
 
 
+def _cycle_model_times(spec, system, m) -> dict:
+    """Seconds by part of an nn model's step from the small-scale mode (the cycle model):
+    such a model is too small for FLOPs at a share of peak to say anything. The optimizer
+    keeps a state (memory.py counts SGD's momentum), on or off chip as the mapping says."""
+    target = Target(system.chip, system.num_ipus, system=system)
+    parts = small_scale(spec, target, m, m.micro * m.ga, momentum=True)["cycle_parts"]
+    return {k: v / system.chip.clock_hz for k, v in parts.items()}
+
+
 def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
     """The estimate of one mapping of spec on system (an arch.System or its name).
     PlanError if the mapping breaks a rule (t·p·r, powers of two, GA ≥ 2p − 1, phases)."""
@@ -102,7 +113,8 @@ def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) ->
     stream = max(x["streaming"] for x in memory)
     sram, capacity = sram_bytes(system), streaming_bytes_per_ipu(system)
     fits, reason = _verdict(memory, peak, sram, stream, capacity)
-    times = step_times(spec, system, m, memory)
+    times = step_times(spec, system, m, memory) if spec.kind == "transformer" else \
+        _cycle_model_times(spec, system, m)
     return Estimate(spec.name, system.name, spec.parameters, m, memory, int(peak), peak_stage,
                     sram, int(stream), capacity, fits, reason, times, sum(times.values()),
                     m.micro * m.replicas * m.ga)
