@@ -20,7 +20,7 @@ def _powers(n: int) -> list[int]:
     return [1 << k for k in range(n.bit_length()) if n % (1 << k) == 0]
 
 
-def _shapes(t: int) -> list[tuple]:
+def shard_shapes(t: int) -> list[tuple]:
     """(t1, t2) of t shards: 1-D, and 2-D with t1 ≥ t2 ≥ 2."""
     return [(t, 1)] + [(t // t2, t2) for t2 in _powers(t) if 2 <= t2 and t2 * t2 <= t]
 
@@ -31,7 +31,7 @@ def candidates(spec, num_ipus: int, **options):
         if num_ipus % (t * p) or p > spec.num_layers:
             continue
         r = num_ipus // (t * p)
-        for shape, rts, state, phases in product(_shapes(t), (False, True),
+        for shape, rts, state, phases in product(shard_shapes(t), (False, True),
                                                  ("on-chip", "off-chip"),
                                                  (1, spec.num_layers)):
             if (rts and r < 2) or (phases > 1 and state == "on-chip"):

@@ -15,6 +15,7 @@ import ipywidgets as W
 
 from .. import nn, plan
 from ..errors import PlanError
+from ..plan.search import shard_shapes
 from ..viz.planner import memory_bars, time_breakdown
 from ._common import bokeh_pane
 
@@ -22,8 +23,8 @@ from ._common import bokeh_pane
 def _shards(num_ipus: int) -> list[str]:
     """t as the control offers it: every power of two, and 2-D t1xt2 with t1 ≥ t2 ≥ 2."""
     powers = [1 << k for k in range(num_ipus.bit_length()) if num_ipus % (1 << k) == 0]
-    return [f"{t // t2}x{t2}" if t2 > 1 else str(t) for t in powers
-            for t2 in [1] + [x for x in powers if 2 <= x and x * x <= t]]
+    return [f"{t1}x{t2}" if t2 > 1 else str(t1) for t in powers
+            for t1, t2 in shard_shapes(t)]
 
 
 def mapping_of(config, model, sample_shape) -> plan.Mapping:
