@@ -72,6 +72,16 @@ def _tensor_seconds(system, m, blocks) -> float:
     return _ring(t1, nbytes / t2, bw, lat) + _ring(t2, nbytes / t1, bw, lat)
 
 
+def _replica_seconds(system, m, nbytes: float) -> float:
+    """The gradients' collective over the replicas, nbytes per IPU: one all-reduce a step;
+    phased with RTS, a reduce-scatter (half a ring) of every micro-batch's gradients into
+    the sharded accumulators."""
+    bw, lat = replica_ring(system, m)
+    if m.phased and m.rts:
+        return m.ga * _ring(m.replicas, nbytes / 2, bw, lat)
+    return _ring(m.replicas, nbytes, bw, lat)
+
+
 def step_times(spec, system, m, memory: list) -> dict:
     """Seconds per step by part (compute, bubble, tensor, pipeline, replicas, streaming)."""
     rate = peak_flops(system, m.precision) * EFFICIENCY
@@ -86,13 +96,9 @@ def step_times(spec, system, m, memory: list) -> dict:
     cut = sum(b.keep for b in spec.blocks[:1]) * m.micro * a / m.t
     hop = 2 * (cut / link_bandwidth(system) + arch.COST.ipu_link_latency_s) \
         if m.pipeline > 1 else 0.0
-    grads = max(mem["kinds"]["gradients"] for mem in memory)
     full = max(sum(b.params for b in stage_blocks(spec, m.layers_per_stage, s))
                for s in range(m.pipeline)) / m.t * a
-    bw, lat = replica_ring(system, m)
-    rounds = ga if (m.phased and m.rts) else 1
-    replicas = rounds * _ring(m.replicas, (full if m.phased and m.rts else grads) /
-                              (2 if rounds > 1 else 1), bw, lat)
+    replicas = _replica_seconds(system, m, full)
     stream_rate = system.streaming_bytes_per_second / system.ipus_per_machine
     streaming = max(mem["streaming"] for mem in memory) * 2 / stream_rate
     parts = {"compute": ga * compute, "bubble": (m.pipeline - 1) * (compute + tensor),
