@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from .. import arch
 from ..errors import PlanError
 from .mapping import Mapping, is_power_of_two
-from ..target import Target
 from .memory import sram_bytes, stage_memory, streaming_bytes_per_ipu
-from .smallscale import small_scale
 from .timing import step_times
 
 MB = 2**20
@@ -96,7 +94,11 @@ def _verdict(memory, peak, sram, stream, capacity) -> tuple[bool, str]:
 def _cycle_model_times(spec, system, m) -> dict:
     """Seconds by part of an nn model's step from the small-scale mode (the cycle model):
     such a model is too small for FLOPs at a share of peak to say anything. The optimizer
-    keeps a state (memory.py counts SGD's momentum), on or off chip as the mapping says."""
+    keeps a state (memory.py counts SGD's momentum), on or off chip as the mapping says.
+    Imported here: the small-scale mode plans products with poplin (numba), which `ipulab`
+    must not load to start, nor `ipulab plan` for a transformer."""
+    from ..target import Target
+    from .smallscale import small_scale
     target = Target(system.chip, system.num_ipus, system=system)
     parts = small_scale(spec, target, m, m.micro * m.ga, momentum=True)["cycle_parts"]
     return {k: v / system.chip.clock_hz for k, v in parts.items()}
