@@ -22,10 +22,10 @@ anything:
                the M + p − 1 slots of a phase costs the slowest stage's work, and activations
                (gradients) cross to the next (previous) stage over the IPU-Links.
 
-Memory (bytes of the fullest IPU) by kind, at this scale: fp32 weights and gradients (and the
-fp16 copy), the activations kept for the backward pass, exchange buffers (each tile keeps room
-for the largest blocks a product sends it), code (codelets, control code per compute set) and
-vertex state, at the cost model's sizes.
+Memory (bytes of the fullest IPU) by the simulator's kinds: code, constants, vertex state and
+exchange buffers from the ops the nn trainer builds on each IPU, counted as the libraries
+create their vertices (smallscale_memory.py); variables: the always-live ones and the peak of
+the tensors live at one point of the step, walked in program order (smallscale_liveness.py).
 """
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ from math import ceil
 from .. import poplin
 from ..popnn.loss import SoftmaxCrossEntropy
 from ..target import Target
+from .smallscale_liveness import StageLiveness
+from .smallscale_memory import StageOps
 
 LABEL_BYTES = 4             # labels stream in as INT (4 bytes)
 WORKERS = 6
@@ -228,68 +230,22 @@ class StepModel:
         return total
 
     # --- memory ------------------------------------------------------------------------
-    def products_of(self, i: int, n: int) -> list[tuple]:
-        """(m, k, n) of block i's products on a micro-batch of n samples."""
-        b, t = self.spec.blocks[i], self.m.t
-        if b.kind == "Conv2d":
-            c, o, kh, kw, ho, wo, bias = b.shape
-            fan, p, oc = c * kh * kw + bias, n * ho * wo, ceil(o / t)
-            return [(oc, fan, p), (oc, p, fan)] + ([(c, oc * kh * kw, n * b.keep // c)]
-                                                  if i > 0 else [])
-        if b.kind == "Linear":
-            fin, o, bias = b.shape
-            oc = ceil(o / t)
-            return [(n, fin + bias, oc), (oc, n, fin + bias)] + ([(n, oc, fin)] if i > 0 else [])
-        return []
-
-    def _plans(self, blocks, n: int) -> list:
-        return [poplin.plan_mat_mul(self.one_ipu, *dims,
-                                    dtype="half" if self.bytes == 2 else "float")
-                for i in blocks for dims in self.products_of(i, n)]
-
-    def _map_tiles(self, elements: int) -> int:
-        """Tiles a map of `elements` spans: whole grains of 8 elements per tile at least."""
-        return min(self.target.tiles_per_ipu, ceil(elements / 8))
-
-    def tile_presence(self, blocks, n: int, plans) -> int:
-        """Sum over the IPU's compute sets of the tiles that take part in each (a vertex and
-        its control code on each): products on their plans' tiles, maps on the tiles their
-        elements span, the all-reduce's combines on the tiles of a chunk, loss and update."""
-        micro = self.m.ga if self.m.pipeline > 1 else 1
-        maps = sum(2 * self._map_tiles(n * (self.spec.blocks[i].keep or 1)) for i in blocks)
-        per_micro = sum(p.tiles_used * (1 + (p.split.k > 1)) for p in plans) + 2 * maps
-        params = sum(self.spec.blocks[i].params for i in blocks) // self.m.t
-        ring = 3 * (self.m.replicas - 1) * self._map_tiles(ceil(params / self.m.replicas))
-        return per_micro * micro * (1 + self.m.recompute) + ring + 2 * self._map_tiles(params)
-
     def stage_bytes(self, s: int, blocks) -> dict:
-        """Bytes of the IPU of stage s by kind: fp32 weights and gradients (and the fp16
-        copy), the activations kept for the backward pass (every micro-batch's in a
-        pipeline, 1/t of them under tensor sharding), exchange buffers (each tile keeps room
-        for the largest A and B blocks it receives), code (each codelet once per tile,
-        control code per compute set a tile takes part in) and vertex state (a vertex of
-        4 vector fields per tile and compute set)."""
-        m, n, cost, T = self.m, self.m.micro, self.target.cost, self.target.tiles_per_ipu
-        plans = self._plans(blocks, n)
-        params = sum(self.spec.blocks[i].params for i in blocks) // m.t
-        if m.phased:          # only the phase that runs is on chip (the rest streams)
-            params = max(sum(self.spec.blocks[i].params for i in ph) for ph in self._phases()
-                         ) // m.t
+        """Bytes of the IPU of stage s by the simulator's kinds: code, constants, vertex
+        state and exchange buffers from the ops built on it (smallscale_memory.StageOps);
+        variables: the always-live ones (master weights, optimizer state on chip) and the
+        peak of the live temporaries (smallscale_liveness.StageLiveness). Phased: only the
+        largest phase's weights are on chip; its ops and update are counted per phase."""
+        m = self.m
+        phases = [ph for ph in self._phases() if set(ph) & set(blocks)] if m.phased else [blocks]
+        per_phase = [sum(self.spec.blocks[i].params for i in ph if i in blocks) // m.t
+                     for ph in phases]
+        kinds = StageOps(self, blocks, s == len(self._stages()) - 1).run(per_phase)
+        params = max(per_phase) if m.phased else per_phase[0]   # only one phase is on chip
         shard = ceil(params / m.replicas) if m.rts else params
         on_chip = self.momentum and m.optimizer_state == "on-chip"
-        weights = params * (4 + 4 + (2 if self.bytes == 2 else 0)) + 4 * shard * (
-            on_chip + m.rts)
-        kept = sum(self.spec.blocks[i].keep + (0 if m.recompute else
-                                               self.spec.blocks[i].reduce) for i in blocks)
-        flight = m.ga if m.pipeline > 1 else 1
-        acts = kept * n * self.bytes * flight // m.t
-        buffers = max([p.tiles_used * (p.block.m * p.block.k + p.block.k * p.block.n)
-                       for p in plans] + [0]) * self.bytes
-        present = self.tile_presence(blocks, n, plans)
-        code = T * cost.codelet_code_bytes * 8 + present * cost.control_code_bytes_per_step
-        state = present * (cost.vertex_header_bytes + 4 * cost.vector_field_bytes)
-        return {"weights_and_gradients": weights, "activations": acts,
-                "exchange_buffers": buffers, "code_and_vertex_state": code + state}
+        always, peak = StageLiveness(self, blocks, s == 0).run(params, shard, on_chip)
+        return {**kinds, "variables": always + peak}
 
     def memory(self) -> dict:
         """The fullest stage's IPU by kind."""
