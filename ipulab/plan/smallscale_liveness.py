@@ -25,6 +25,7 @@ from __future__ import annotations
 from math import ceil
 
 from .. import poplin
+from .smallscale_memory import first_ipu
 
 FLOAT = 4
 
@@ -69,9 +70,9 @@ class StageLiveness:
             return n * ceil(b.shape[1] / t) * self.E
         if b.kind in ("MaxPool2d", "AvgPool2d"):
             c, ho, wo, _, _ = b.shape
-            return n * c * ho * wo * self.E // t
+            return first_ipu(self.s, n * c * ho * wo, self.E) * self.E
         if b.kind in ("ReLU", "Dropout") and not self.fused(i):
-            return n * b.keep * self.E // t
+            return first_ipu(self.s, n * b.keep, self.E) * self.E
         return 0
 
     def fused(self, i: int) -> bool:
@@ -121,7 +122,7 @@ class StageLiveness:
                 else:
                     work = self.partials(n, oc, b.keep)
                 self.transient(work + dx)
-                self.add(("grad", mb, i - 1), dx // t if t > 1 else dx)
+                self.add(("grad", mb, i - 1), first_ipu(self.s, dx // E, E) * E)
             if self.m.rts:
                 self.free(("weight", i))
             self.free(("dy", mb, i))
@@ -129,7 +130,7 @@ class StageLiveness:
         elif self.fused(i) or b.kind == "Flatten":        # the gradient passes through
             self.held[("grad", mb, i - 1)] = self.held.pop(("grad", mb, i), 0)
         else:
-            self.add(("grad", mb, i - 1), n * b.keep * E // t)
+            self.add(("grad", mb, i - 1), first_ipu(self.s, n * b.keep, E) * E)
             self.free(("grad", mb, i))
         self.free(("act", mb, i))
 
@@ -189,7 +190,7 @@ class StageLiveness:
             self.add("accumulators", params * E)
         if self.first:
             x = self.s.batch * self.s.spec.blocks[0].keep * E
-            self.add("input", x // self.t if m.pipeline == 1 else x)
+            self.add("input", first_ipu(self.s, x // E, E) * E if m.pipeline == 1 else x)
         self.step(m.ga if m.pipeline > 1 else 1)
         # the gradients copied into the all-reduce's result, a chunk in flight; an off-chip
         # velocity loaded for the update

@@ -30,9 +30,19 @@ import numpy as np
 from .. import poplin
 
 WORKERS = 6
+FLOAT = 4
 MIN_LINEAR_BYTES = 128      # map_tensor_linearly puts at least this much on a tile
 POOL_STATE = {False: (4, 2), True: (6, 4)}     # (vector and list fields, list entries)
 POOL_CONSTANTS = {False: 12 + 8, True: 12 + 12}     # geometry and runs bytes per vertex
+
+
+def first_ipu(model, elements: int, nbytes: int) -> int:
+    """Elements on the first IPU of a tensor mapped linearly over a stage's t IPUs: at least
+    128 bytes a tile from its first tile on, so a small one sits on the first IPU (the
+    fullest under tensor sharding, the one modelled)."""
+    T, t = model.target.tiles_per_ipu, model.m.t
+    tiles = max(1, min(T * t, ceil(elements * nbytes / MIN_LINEAR_BYTES)))
+    return ceil(elements * min(T, tiles) / tiles)
 
 
 class IpuMemory:
@@ -167,10 +177,10 @@ class StageOps:
                 mem.map("relu", n * ceil(o / t), 2, plan.tiles_used)
         elif b.kind in ("MaxPool2d", "AvgPool2d"):
             c, ho, wo, _, _ = b.shape
-            mem.pool(n * c * ho * wo // t, False)
+            mem.pool(first_ipu(self.s, n * c * ho * wo, self.s.bytes), False)
         elif b.kind in ("ReLU", "Dropout") and not (i > 0 and self.s.spec.blocks[i - 1].kind
                                                     in ("Conv2d", "Linear")):
-            mem.map(b.kind, n * b.keep // t, 2)
+            mem.map(b.kind, first_ipu(self.s, n * b.keep, self.s.bytes), 2)
 
     def backward(self, i: int) -> None:
         b, mem, n, t = self.s.spec.blocks[i], self.mem, self.n, self.t
@@ -187,8 +197,8 @@ class StageOps:
                 mem.constant(n * oc * kp * wo, self.s.bytes, ("pad", n, oc, kp, wo))
                 mem.constant(n * oc * (ho + 2 * kp) * kq, self.s.bytes,
                              ("pad", n, oc, ho + 2 * kp, kq))
-                mem.product(c, oc * kh * kw, n * hh * ww)
-                self._shard_sum(n * b.keep)
+                dx = mem.product(c, oc * kh * kw, n * hh * ww)
+                self._shard_sum(n * b.keep, dx.tiles_used)
         elif b.kind == "Linear":
             fin, o, bias = b.shape
             oc = ceil(o / t)
@@ -196,14 +206,14 @@ class StageOps:
                 mem.map("relu_grad", n * oc, 3, self._out_tiles(n, oc))
             mem.product(oc, n, fin + bias)
             if i > 0:
-                mem.product(n, oc, fin)
-                self._shard_sum(n * fin)
+                dx = mem.product(n, oc, fin)
+                self._shard_sum(n * fin, dx.tiles_used)
         elif b.kind in ("MaxPool2d", "AvgPool2d"):
             c, ho, wo, _, _ = b.shape
-            mem.pool(n * c * ho * wo // t, True)
+            mem.pool(first_ipu(self.s, n * c * ho * wo, self.s.bytes), True)
         elif b.kind in ("ReLU", "Dropout") and not (i > 0 and self.s.spec.blocks[i - 1].kind
                                                     in ("Conv2d", "Linear")):
-            mem.map(b.kind + "_grad", n * b.keep // t, 3)
+            mem.map(b.kind + "_grad", first_ipu(self.s, n * b.keep, self.s.bytes), 3)
         if pipelined and b.params:
             mem.map("accumulate", ceil(b.params / t), 2, None, self.s.bytes, self.s.bytes)
 
@@ -212,12 +222,23 @@ class StageOps:
                                    dtype="half" if self.s.bytes == 2 else "float")
         return plan.tiles_used
 
-    def _shard_sum(self, elements: int) -> None:
-        """Tensor sharding: popops.reduce sums the shards' partial input gradients (two
-        stages over the t IPUs' tiles)."""
-        if self.t > 1:
-            for stage in ("partials", "final"):
-                self.mem.map(f"reduce {stage}", ceil(elements / self.t), 2)
+    def _shard_sum(self, elements: int, tiles: int) -> None:
+        """Tensor sharding: popops.reduce sums the t partial input gradients (an outer
+        reduction). Stage 1 on each IPU adds its partial where the product left it (`tiles`);
+        the final stage's output is mapped linearly over the t IPUs (the first IPU's share),
+        each of its pieces of up to 6 per tile taking a region (and a dst offset, an INT
+        constant) from each IPU's partials."""
+        if self.t == 1:
+            return
+        mem = self.mem
+        mem.map("ReduceOuter", elements, 3, tiles)
+        mine = first_ipu(self.s, elements, FLOAT)
+        out_tiles = mem.linear_tiles(mine, FLOAT)
+        vertices = out_tiles * min(WORKERS, ceil(mine / out_tiles / mem.grain))
+        mem.state += vertices * mem._vertex(3, entries=self.t)
+        mem.constants += out_tiles * mem._align(ceil(vertices / out_tiles) * self.t * 4)
+        mem.steps += out_tiles
+        mem._code("ReduceOuterFinal", out_tiles)
 
     def copies(self, builds: int) -> None:
         """Program steps that move data without vertices (control code on the tiles they
