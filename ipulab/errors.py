@@ -108,7 +108,6 @@ class PartitionError(VipuError, GraphError):
     streams or buffers, or ran on a partition that has been removed."""
 
 
-
 class PlanError(IpuLabError):
     """A planner input that cannot be (ipulab.plan): a mapping whose t·p·r is not the system's
     IPUs or whose sizes are not powers of two, gradient accumulation below the pipeline rule,
