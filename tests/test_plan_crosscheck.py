@@ -1,8 +1,7 @@
 """The planner's small-scale mode against the simulator, on part of the cross-check's grid
-(benchmarks/plan_crosscheck.py runs all 38 mappings): the cycles of a training step within
-15 %. The bytes of the fullest IPU are not yet modelled that closely (the whole grid's worst
-is about 43 %, mostly tensor sharding combined with pipelining): they are held to 45 % here
-so that the model does not drift further while it is improved."""
+(benchmarks/plan_crosscheck.py runs all 38 mappings): the cycles of a training step and the
+bytes of its fullest IPU within 15 % (issue 13; on the whole grid the worst are -13.5 % for
+cycles and -12.7 % for bytes)."""
 import sys
 from pathlib import Path
 
@@ -22,6 +21,10 @@ CASES = [
     ("mlp", dict(replicas=8, batch_size=16, tensor_parallel=2, momentum=0.9, rts=True,
                  optimizer_state="off-chip")),
     ("cnn", dict(replicas=16, batch_size=16, momentum=0.9, phases=3, rts=True)),
+    # the mappings whose bytes were furthest off before vertices, constants and liveness
+    # were counted as the simulator counts them (-43 % and -39 %)
+    ("cnn", dict(replicas=4, batch_size=16, pipeline=2, micro_batches=4, tensor_parallel=2)),
+    ("mlp", dict(replicas=2, batch_size=32, tensor_parallel=8)),
 ]
 
 
@@ -30,7 +33,7 @@ CASES = [
 def test_small_scale_mode_predicts_the_simulated_step(name, options):
     row = plan_crosscheck.run(name, options)
     assert abs(row["cycles_error"]) <= 0.15, row
-    assert abs(row["bytes_error"]) <= 0.45, row
+    assert abs(row["bytes_error"]) <= 0.15, row
 
 
 def test_the_mapping_of_a_trainer_config():

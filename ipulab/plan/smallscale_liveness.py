@@ -41,11 +41,13 @@ class StageLiveness:
 
     # --- bookkeeping -----------------------------------------------------------------------
     def add(self, key, nbytes: int) -> None:
+        """A tensor is written: it is live (held) until freed."""
         self.held[key] = self.held.get(key, 0) + int(nbytes)
         self.cur += int(nbytes)
         self.peak = max(self.peak, self.cur)
 
     def free(self, key) -> None:
+        """A tensor's last read has passed."""
         self.cur -= self.held.pop(key, 0)
 
     def transient(self, nbytes: int) -> None:
@@ -91,6 +93,8 @@ class StageLiveness:
 
     # --- the walk ---------------------------------------------------------------------------
     def forward(self, i: int, mb: int) -> None:
+        """Block i's forward on micro-batch mb: its output is held (and a shard's copy of
+        its input); the product's partials and pre-ReLU output only while they run."""
         b = self.s.spec.blocks[i]
         if b.kind in ("Conv2d", "Linear"):
             oc, fan, p = self.dims(i)
@@ -105,6 +109,8 @@ class StageLiveness:
             self.add(("act", mb, i), self.out_bytes(i))
 
     def backward(self, i: int, mb: int) -> None:
+        """Block i's backward on micro-batch mb: the gradient of its input replaces that of
+        its output, its weight gradients are held, its output (and input copy) freed."""
         b, E, n, t = self.s.spec.blocks[i], self.E, self.n, self.t
         if b.kind in ("Conv2d", "Linear"):
             oc, fan, p = self.dims(i)
@@ -135,9 +141,11 @@ class StageLiveness:
         self.free(("act", mb, i))
 
     def weighted(self, i: int) -> int:
+        """i if block i has weights, else -1."""
         return i if self.s.spec.blocks[i].params else -1
 
     def first_weighted(self) -> int:
+        """The model's first block with weights (its input gradient is never built)."""
         return next((i for i, b in enumerate(self.s.spec.blocks) if b.params), -1)
 
     def segments(self) -> list[list[int]]:

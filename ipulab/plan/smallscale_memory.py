@@ -59,15 +59,19 @@ class IpuMemory:
         self.shared: set = set()                        # constants shared per shape
 
     def _align(self, n: int) -> int:
+        """n rounded up to the cost model's alignment (every allocation is aligned)."""
         a = self.cost.alignment
         return -(-int(n) // a) * a
 
     def _vertex(self, vectors: int, scalars: int = 0, entries: int = 0) -> int:
+        """Vertex state bytes of one vertex: a header, a pointer (and size) per vector or
+        VectorList field, a word per scalar, an entry per VectorList region."""
         c = self.cost
         return (c.vertex_header_bytes + vectors * c.vector_field_bytes
                 + scalars * c.scalar_field_bytes + entries * c.vector_list_entry_bytes)
 
     def _code(self, name: str, tiles: int) -> None:
+        """Codelet `name` runs on `tiles` tiles (its code is on each of them once)."""
         self.codelets[name] = max(self.codelets.get(name, 0), min(self.T, tiles))
 
     def linear_tiles(self, elements: int, nbytes: int | None = None) -> int:
@@ -158,6 +162,8 @@ class StageOps:
         self.t, self.n = model.m.t, model.m.micro
 
     def forward(self, i: int, train: bool = True) -> None:
+        """The ops of block i's forward on one micro-batch: the padding and ones constants,
+        the product of its shard and the folded ReLU, pooling, a standalone ReLU."""
         b, mem, n, t = self.s.spec.blocks[i], self.mem, self.n, self.t
         relu = i + 1 < len(self.s.spec.blocks) and self.s.spec.blocks[i + 1].kind == "ReLU"
         if b.kind == "Conv2d":
@@ -180,9 +186,13 @@ class StageOps:
             mem.pool(first_ipu(self.s, n * c * ho * wo, self.s.bytes), False)
         elif b.kind in ("ReLU", "Dropout") and not (i > 0 and self.s.spec.blocks[i - 1].kind
                                                     in ("Conv2d", "Linear")):
-            mem.map(b.kind, first_ipu(self.s, n * b.keep, self.s.bytes), 2)
+            if train or b.kind == "ReLU":       # an evaluation's Dropout passes x through
+                mem.map(b.kind, first_ipu(self.s, n * b.keep, self.s.bytes), 2)
 
     def backward(self, i: int) -> None:
+        """The ops of block i's backward on one micro-batch: the ReLU's gradient, the
+        weight-gradient product, the input-gradient product (and its padding and the shards'
+        sum), pooling's gradient; in a pipeline, the weight gradients' accumulation."""
         b, mem, n, t = self.s.spec.blocks[i], self.mem, self.n, self.t
         relu = i + 1 < len(self.s.spec.blocks) and self.s.spec.blocks[i + 1].kind == "ReLU"
         pipelined = self.s.m.pipeline > 1
@@ -218,6 +228,7 @@ class StageOps:
             mem.map("accumulate", ceil(b.params / t), 2, None, self.s.bytes, self.s.bytes)
 
     def _out_tiles(self, m: int, n: int) -> int:
+        """Tiles holding an (m, n) product's result (its plan's tiles)."""
         plan = poplin.plan_mat_mul(self.s.one_ipu, m, 2, n,
                                    dtype="half" if self.s.bytes == 2 else "float")
         return plan.tiles_used
