@@ -52,6 +52,16 @@ class StepModel:
         self.one_ipu = Target(target.chip, 1, target.tiles_per_ipu)
         self.sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         self.bytes = 2 if mapping.precision == "fp16" else 4
+        self._plans: dict = {}
+
+    def plan(self, m: int, k: int, n: int):
+        """poplin's plan of an (m, k) x (k, n) product on one IPU of the target (kept: the
+        memory model asks again for every micro-batch and pass)."""
+        key = (m, k, n)
+        if key not in self._plans:
+            self._plans[key] = poplin.plan_mat_mul(
+                self.one_ipu, m, k, n, dtype="half" if self.bytes == 2 else "float")
+        return self._plans[key]
 
     # --- pieces: each a list of its supersteps' cycles -----------------------------------
     def product(self, m: int, k: int, n: int, window: int = 1) -> list[int]:
@@ -61,8 +71,7 @@ class StepModel:
         kh·kw times; a tile receives each element once."""
         if min(m, k, n) < 1:
             return []
-        plan = poplin.plan_mat_mul(self.one_ipu, m, k, n,
-                                   dtype="half" if self.bytes == 2 else "float")
+        plan = self.plan(m, k, n)
         c, blk = plan.cycles, plan.block
         # the inputs come as the layer before left them, not as the plan wants: every tile
         # receives its whole blocks of A and B (the plan counts only the pieces it lacks)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from math import ceil
 
-from .. import poplin
 from .smallscale_memory import first_ipu
 
 FLOAT = 4
@@ -56,8 +55,7 @@ class StageLiveness:
 
     def partials(self, m: int, k: int, n: int) -> int:
         """Float partials of a product whose inner dimension is split (or of HALF inputs)."""
-        plan = poplin.plan_mat_mul(self.s.one_ipu, m, k, n,
-                                   dtype="half" if self.E == 2 else "float")
+        plan = self.s.plan(m, k, n)
         split = plan.split.k > 1 or self.E == 2
         return m * n * plan.split.k * FLOAT if split else 0
 

@@ -27,7 +27,6 @@ from math import ceil
 
 import numpy as np
 
-from .. import poplin
 
 WORKERS = 6
 FLOAT = 4
@@ -93,8 +92,7 @@ class IpuMemory:
         """A product as poplin builds it; returns its plan (whose tiles hold the result)."""
         if min(m, k, n) < 1:
             return None
-        plan = poplin.plan_mat_mul(self.m.one_ipu, m, k, n,
-                                   dtype="half" if self.bytes == 2 else "float")
+        plan = self.m.plan(m, k, n)
         tiles, blk = plan.tiles_used, plan.block
         self.state += tiles * self._vertex(4)
         self.constants += tiles * self._align(3 * 4)
@@ -229,8 +227,7 @@ class StageOps:
 
     def _out_tiles(self, m: int, n: int) -> int:
         """Tiles holding an (m, n) product's result (its plan's tiles)."""
-        plan = poplin.plan_mat_mul(self.s.one_ipu, m, 2, n,
-                                   dtype="half" if self.s.bytes == 2 else "float")
+        plan = self.s.plan(m, 2, n)
         return plan.tiles_used
 
     def _shard_sum(self, elements: int, tiles: int) -> None:
