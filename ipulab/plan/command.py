@@ -34,7 +34,8 @@ def add_parser(subparsers):
     p.add_argument("--model", required=True, metavar="MODEL",
                    help=f"{', '.join(MODELS)}, or a JSON file of transformer dimensions")
     p.add_argument("--system", default="pod16", metavar="SYSTEM",
-                   help="pod16, pod64, pod128, pod256, bow2000 or ipu (default pod16)")
+                   help="pod16, pod64, pod128, pod256, or any system `ipulab info` lists "
+                   "(default pod16)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
                    help="samples per optimizer step (default: the model's published one)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,

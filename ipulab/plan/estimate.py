@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import arch
+from .. import arch, devices
 from ..errors import PlanError
 from .mapping import Mapping, is_power_of_two
 from .memory import sram_bytes, stage_memory, streaming_bytes_per_ipu
@@ -61,10 +61,11 @@ class Estimate:
 
 
 def system_of(system) -> arch.System:
-    """An arch.System from itself or its name (pod16, pod64, pod128, pod256, bow2000, ipu)."""
+    """An arch.System from itself or its name: any of devices.SYSTEM_NAMES (what `ipulab info`
+    lists, aliases included) or podN for a power of two N of 16 or more."""
     if isinstance(system, arch.System):
         return system
-    name = {"ipu": "bow"}.get(str(system), str(system))
+    name = devices.ALIASES.get(str(system), str(system))
     if name.startswith("pod") and name[3:].isdigit() and name not in arch.SYSTEMS:
         n = int(name[3:])
         if not is_power_of_two(n) or n < 16:
@@ -72,8 +73,8 @@ def system_of(system) -> arch.System:
                             f"(pod16, pod32, pod64, ...), not {n}")
         return arch.pod(n)
     if name not in arch.SYSTEMS:
-        raise PlanError(f"unknown system {system!r}; choose one of pod16, pod64, pod128, "
-                        "pod256, bow2000, ipu")
+        raise PlanError(f"unknown system {system!r}; choose one of "
+                        f"{', '.join(devices.SYSTEM_NAMES)}")
     return arch.SYSTEMS[name]
 
 
