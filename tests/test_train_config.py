@@ -74,7 +74,7 @@ def test_frozen_replace_checks_again():
     ({"lr": math.inf}, "lr", "must be a positive number"),
     ({"momentum": 1.0}, "momentum", "must be in [0, 1)"),
     ({"precision": "bf16"}, "precision", "must be one of fp32, fp16"),
-    ({"optimizer": "adam"}, "optimizer", "must be one of sgd"),
+    ({"optimizer": "rmsprop"}, "optimizer", "must be one of sgd, adam, adamw, lamb"),
     ({"loss_scaling": 0}, "loss_scaling", "must be in (0, 65504)"),
     ({"system": "pod12"}, "system", "must be one of"),
     ({"pipeline": 0}, "pipeline", "must be an int >= 1"),

@@ -15,9 +15,9 @@ from .build import all_reduce_gradients
 from .config import OPTIMIZERS, PRECISIONS, TrainConfig
 from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
 from .model import Sequential, default_cnn
-from .optim import SGD
+from .optim import LAMB, SGD, Adam, AdamW
 from .trainer import Evaluation, Trainer
 
 __all__ = ["AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
-           "Sequential", "default_cnn", "SGD", "Trainer", "TrainConfig", "PRECISIONS", "OPTIMIZERS",
-           "Evaluation", "all_reduce_gradients"]
+           "Sequential", "default_cnn", "SGD", "Adam", "AdamW", "LAMB", "Trainer", "TrainConfig",
+           "PRECISIONS", "OPTIMIZERS", "Evaluation", "all_reduce_gradients"]

@@ -20,12 +20,14 @@ import numpy as np
 from .. import devices
 from ..errors import ConfigError, GraphError
 from ..poplar import FLOAT, HALF
+from .optim import create as create_optimizer
 from .pipeline import balanced_cuts, stage_spans
 
 PRECISIONS = ("fp32", "fp16")
-OPTIMIZERS = ("sgd",)
+OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
 EXECUTIONS = ("default", "phased")
 OPTIMIZER_STATES = ("on-chip", "off-chip")
+DEFAULT_RUN_LR = {"sgd": 0.1, "adam": 0.01, "adamw": 0.01, "lamb": 0.02}   # default_run's
 HALF_LOSS_SCALE = 128.0         # fp16's default loss scaling: small gradients survive in half
 
 
@@ -41,6 +43,20 @@ def _number(v, what: str, ok, rule: str) -> float:
             or not ok(float(v)):
         raise ConfigError(what, rule, v)
     return float(v)
+
+
+def _betas(v) -> tuple[float, float]:
+    """Two numbers in [0, 1), as a tuple (a config stays hashable)."""
+    try:
+        if isinstance(v, (str, bytes)):
+            raise TypeError
+        betas = tuple(v)
+    except TypeError:
+        betas = ()
+    if len(betas) != 2 or any(isinstance(b, bool) or not isinstance(b, (int, float, np.number))
+                              or math.isnan(b) or not 0 <= b < 1 for b in betas):
+        raise ConfigError("betas", "must be two numbers in [0, 1)", v)
+    return tuple(float(b) for b in betas)
 
 
 def _pipeline(v):
@@ -66,19 +82,31 @@ class TrainConfig:
     its replica. micro_batches: per step in the pipeline (default: one per stage).
     recompute: keep only block inputs for the backward pass. precision: "fp32" or "fp16"
     (HALF activations and gradients, float32 master weights, loss_scaling: default 128 in
-    fp16). lr, momentum: SGD's. seed: initial weights and Dropout masks. system and
-    tiles_per_ipu: the device to build when none is given (devices.system names).
-    epochs: how long `ipulab train` and the dashboard train by default.
+    fp16). seed: initial weights and Dropout masks. system and tiles_per_ipu: the device to
+    build when none is given (devices.system names). epochs: how long `ipulab train` and the
+    dashboard train by default.
+
+    The optimizer (nn/optim; README, "Training"; tests/test_optim.py), run on the tiles:
+    optimizer: "sgd" (default), "adam", "adamw" or "lamb". lr: the learning rate of any of
+    them. momentum: SGD's (0 with the others). weight_decay (None: 0, AdamW's 0.01), betas
+    (None: (0.9, 0.999)) and eps (None: 1e-8, LAMB's 1e-6) as torch.optim names them: Adam
+    adds weight_decay * w to the gradient (L2), AdamW decays the weights apart from it, LAMB
+    adds it to its update before the trust ratio (You et al. 2019, as Graphcore's BERT); SGD
+    takes weight_decay as L2 too, and no betas or eps. The decay applies to every weight.
+    state_per_parameter: the float32 state values per weight (SGD: 1 with momentum, else 0;
+    the others: 2, their moments).
 
     Scale-out (README, "Scaling out"; tests/test_scale_out.py):
-    optimizer_state: "on-chip" (default) or "off-chip": the momentum (SGD's velocity) lives
-    in Streaming Memory, a remote buffer per replica, loaded into tile memory for the update
-    and stored after it. Without momentum SGD has no state: "off-chip" is then allowed and
-    changes nothing (state_off_chip is False).
+    optimizer_state: "on-chip" (default) or "off-chip": the optimizer's state per weight
+    (SGD's velocity, the moments m and v) lives in Streaming Memory, a remote buffer per
+    replica, loaded into tile memory for the update and stored after it (Adam's and LAMB's
+    step count, one float, stays on chip). Without momentum SGD has no state: "off-chip" is
+    then allowed and changes nothing (state_off_chip is False).
     rts: replicated tensor sharding (needs replicas > 1): the master weights and the optimizer
     state stored as one shard per replica (padded: n elements -> ceil(n / replicas) each);
     the weights are all-gathered before use and the gradients reduce-scattered instead of
-    all-reduced; each replica updates its own shard (nn/sharding.py).
+    all-reduced; each replica updates its own shard (nn/sharding.py). With LAMB every weight
+    tensor is sharded on its own, and the sums of squares of its norms all-reduced.
     tensor_parallel: t IPUs per pipeline stage, each holding 1/t of every Conv2d's and
     Linear's output channels (features) and computing them; a replica then uses
     t x num_stages IPUs, and t x p x r IPUs in all (nn/tensor_parallel.py).
@@ -96,6 +124,9 @@ class TrainConfig:
     lr: float = 0.05
     momentum: float = 0.0
     optimizer: str = "sgd"
+    weight_decay: float | None = None
+    betas: tuple | None = None
+    eps: float | None = None
     precision: str = "fp32"
     loss_scaling: float | None = None
     pipeline: int | tuple | None = None
@@ -138,6 +169,7 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"must be one of {', '.join(allowed)}",
                                   getattr(self, name))
+        self._check_optimizer(fix)
         if self.loss_scaling is not None:
             fix("loss_scaling", _number(self.loss_scaling, "loss_scaling",
                                         lambda v: 0 < v < 65504, "must be in (0, 65504)"))
@@ -153,6 +185,26 @@ class TrainConfig:
         if self.tiles_per_ipu is not None:
             fix("tiles_per_ipu", _int(self.tiles_per_ipu, "tiles_per_ipu"))
 
+    def _check_optimizer(self, fix) -> None:
+        """weight_decay, betas and eps in range; momentum only with SGD, betas and eps only
+        with the others."""
+        if self.weight_decay is not None:
+            fix("weight_decay", _number(self.weight_decay, "weight_decay",
+                                        lambda v: 0 <= v < math.inf, "must be a number >= 0"))
+        if self.eps is not None:
+            fix("eps", _number(self.eps, "eps", lambda v: 0 < v < math.inf,
+                               "must be a positive number"))
+        if self.betas is not None:
+            fix("betas", _betas(self.betas))
+        if self.optimizer == "sgd":
+            for name in ("betas", "eps"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(name, "must be None with optimizer='sgd' (Adam's and "
+                                      "LAMB's; SGD has momentum)", getattr(self, name))
+        elif self.momentum:
+            raise ConfigError("momentum", f"must be 0 with optimizer={self.optimizer!r} "
+                              f"(SGD's; {self.optimizer} has betas)", self.momentum)
+
     def _check_rts(self) -> None:
         if self.rts and self.replicas == 1:
             raise ConfigError("rts", "shards the weights across replicas: it needs replicas > 1",
@@ -167,9 +219,15 @@ class TrainConfig:
     def default_run(cls, **changes) -> "TrainConfig":
         """The course's run (`ipulab train` with no options): a Bow-2000, one replica per IPU,
         16 images each, SGD lr 0.1 with momentum 0.9, 5 epochs (~96.7 % on digits).
-        SGD without momentum at lr 0.05 reaches only ~30 % after one epoch."""
-        return cls(**{**dict(system="bow2000", replicas=None, batch_size=16, lr=0.1,
-                             momentum=0.9, epochs=5), **changes})
+        SGD without momentum at lr 0.05 reaches only ~30 % after one epoch. With another
+        optimizer, no momentum and its own lr: Adam and AdamW 0.01, LAMB 0.02 (each ~97-98 %
+        on digits after the 5 epochs; LAMB's lr is the step relative to each tensor's norm)."""
+        optimizer = changes.get("optimizer", "sgd")
+        run = dict(system="bow2000", replicas=None, batch_size=16, epochs=5,
+                   lr=DEFAULT_RUN_LR.get(optimizer, 0.1))
+        if optimizer == "sgd":
+            run["momentum"] = 0.9
+        return cls(**{**run, **changes})
 
     def replace(self, **changes) -> "TrainConfig":
         """A copy with some options changed (checked again)."""
@@ -208,11 +266,18 @@ class TrainConfig:
         return HALF_LOSS_SCALE if self.precision == "fp16" else 1.0
 
     @property
+    def state_per_parameter(self) -> int:
+        """The float32 optimizer state kept per weight: SGD 1 with momentum, else 0; Adam,
+        AdamW and LAMB 2 (their moments)."""
+        return create_optimizer(self).state_per_parameter
+
+    @property
     def state_off_chip(self) -> bool:
         """Whether optimizer state goes to Streaming Memory: asked for, or phased (a phase's
         state streams with its weights), and there is some (SGD keeps a velocity only with
         momentum)."""
-        return (self.optimizer_state == "off-chip" or self.phased) and self.momentum > 0
+        return (self.optimizer_state == "off-chip" or self.phased) and \
+            self.state_per_parameter > 0
 
     @property
     def phased(self) -> bool:

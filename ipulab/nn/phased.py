@@ -3,15 +3,16 @@ optimizer state live in Streaming Memory, so tile memory holds one phase's at a 
 
 The layers are cut into k contiguous phases of about equal numbers of weights (balanced_cuts
 by parameter count). Phase i's weights are ONE remote buffer `phase{i}/weights` per replica
-(the master copy); its velocity, with momentum, another (`phase{i}/sgd/velocity`). A step:
+(the master copy); its optimizer state others (SGD's velocity `phase{i}/sgd/velocity`, with
+momentum; Adam's moments `phase{i}/adam/m` and `phase{i}/adam/v`, ...). A step:
 
   forward    for i = 0 .. k-1: load phase i's weights into its forward working copies (a
              remote-buffer copy), run its layers;
   loss
   backward   for i = k-1 .. 0: load phase i's weights into its backward working copies, run
              its layers' backward (recomputing the forward first with recompute=True), all-
-             reduce its gradients over the replicas, load its velocity, update the working
-             copies, store weights and velocity back.
+             reduce its gradients over the replicas, load its optimizer state, update the
+             working copies, store weights and state back.
 
 Forward and backward copies are different variables, each live only within its own phase of
 its own pass (liveness.py lets variables that are never live together share addresses), so
@@ -43,9 +44,11 @@ class Phases:
     spans: [(lo, hi)] layer ranges, each with weights; dtype: HALF to run the layers on half
     copies; shards: tensor parallelism (each layer's rows mapped on its shards' IPUs); rts:
     each replica's buffer holds its shard of the phase's weights (sharding.py), all-gathered
-    into the working copies after loading, the gradients reduce-scattered for the update."""
+    into the working copies after loading, the gradients reduce-scattered for the update;
+    per_tensor: shard each weight tensor on its own (for LAMB)."""
 
-    def __init__(self, g, model, spans, dtype, shards: int = 1, rts: bool = False):
+    def __init__(self, g, model, spans, dtype, shards: int = 1, rts: bool = False,
+                 per_tensor: bool = False):
         self.g, self.spans, self.dtype, self.shards = g, spans, dtype, shards
         self.shapes = shapes = model.param_shapes()
         self.keys = [[k for k in shapes if lo <= int(k.split(".")[0]) < hi] for lo, hi in spans]
@@ -62,7 +65,8 @@ class Phases:
                 if rts:
                     prefix = f"phase{i}/" + ("forward/" if side == "forward" else "")
                     self.sharded[i, side] = ShardedWeights(
-                        g, {k: self.copies[side, k] for k in keys}, prefix, host=False)
+                        g, {k: self.copies[side, k] for k in keys}, prefix, host=False,
+                        per_tensor=per_tensor)
             n = self.sharded[i, "backward"].m if rts else \
                 sum(int(np.prod(shapes[k])) for k in keys)
             self.buffers.append(g.add_remote_buffer(f"phase{i}/weights", FLOAT, n))
@@ -116,7 +120,9 @@ class Phases:
             else:
                 optimizer.build(self.g, self._master(i, "backward"),
                                 all_reduce_gradients(self.g, grads, seq, config.replicas), seq,
-                                f"phase{i}/sgd", grad_scale=scale, off_chip=off_chip)
+                                f"phase{i}/{optimizer.kind}", grad_scale=scale,
+                                off_chip=off_chip, sizes=[int(np.prod(self.shapes[k]))
+                                                          for k in self.keys[i]])
             seq.add(prog.Copy(self._master(i, "backward"), self.buffers[i],
                               name=f"phase{i}/store"))
 

@@ -2,14 +2,17 @@
 
   0  training step: batch in (host -> device FIFOs), forward, softmax cross-entropy
      (popnn.calc_loss), backward through every layer, gradient all-reduce over replicas,
-     SGD update; loss and the number of correct answers out (device -> host FIFOs)
+     the optimizer's update (nn/optim); loss and the number of correct answers out (device ->
+     host FIFOs)
   1  evaluation step: batch in, forward (Dropout off), loss, arg_max; loss, correct count and
      predictions out
 
 Host handles: write/<key> and read/<key> for every weight (state_dict keys; with RTS
 write/weights/shard and read/weights/shard instead, see sharding.py),
-write/sgd/velocity with momentum (the remote buffer sgd/velocity instead when the optimizer
-state is off-chip), write/dropout/seed with Dropout. FIFOs: <prefix>/x,
+the optimizer's state on chip: write/<kind>/<what> (write/sgd/velocity with momentum;
+write/adam/m, write/adam/v and write/adam/step; adamw/..., lamb/...), made by the optimizer;
+off chip the remote buffers sgd/velocity, adam/m, ... instead (the step count stays on chip);
+write/dropout/seed with Dropout. FIFOs: <prefix>/x,
 <prefix>/labels, <prefix>/loss, <prefix>/correct (and eval/predictions), prefix train or eval.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ..errors import GraphError
 from ..poplar import FLOAT, HALF, INT, UNSIGNED_INT, Graph, concat
 from ..poplar import program as prog
 from ..popops.expr import _1
-from . import tensor_parallel
+from . import optim, tensor_parallel
 from .build import all_reduce_gradients, build_backward, build_forward, flat, split, \
     uses_dropout
 from .pipeline import StepResult, make_stages, pipelined_forward, pipelined_step, stage_of, \
@@ -55,10 +58,12 @@ class StepGraph:
         poputil.map_tensor_linearly(self.home(len(model) - 1), self.labels)
         self.params, self.weights = {}, {}
         spans = config.phase_spans(model)
-        self.phases = spans and Phases(self.group, model, spans, dt, t, config.rts)
+        per_tensor = optim.KINDS[config.optimizer].norms_per_tensor
+        self.phases = spans and Phases(self.group, model, spans, dt, t, config.rts, per_tensor)
         if not spans:
             self._add_weights(model.param_shapes())
-        self.sharded = ShardedWeights(g, self.weights) if config.rts and self.weights else None
+        self.sharded = ShardedWeights(g, self.weights, per_tensor=per_tensor) \
+            if config.rts and self.weights else None
         self.gather = prog.Sequence(name="weights all-gather")
         if self.sharded:
             self.sharded.gather(self.gather)
@@ -175,9 +180,8 @@ class StepGraph:
             else:
                 optimizer.build(g, flat([self.weights[k] for k in keys]),
                                 all_reduce_gradients(g, grads, update, cfg.replicas), update,
-                                grad_scale=1.0 / cfg.scale, off_chip=cfg.state_off_chip)
-            if optimizer.velocity is not None and not optimizer.state_buffers:
-                g.create_host_write("write/sgd/velocity", optimizer.velocity)
+                                grad_scale=1.0 / cfg.scale, off_chip=cfg.state_off_chip,
+                                sizes=[self.weights[k].num_elements() for k in keys])
         if self.seed is not None:      # next step, next masks
             popops.map_in_place(g, _1 + 1, [self.seed.slice(0, 1)], update, "dropout/next_seed")
         return update

@@ -6,7 +6,7 @@
     trainer.predict(x_test[:8]); trainer.get_weights(); trainer.profile()
 
 The options fill one nn.TrainConfig (config.py; or pass config= whole). The graph
-(step.py) holds the weights (and momentum) as variables, the current batch as an input
+(step.py) holds the weights (and the optimizer's state) as variables, the current batch as an input
 tensor, a training-step program and an evaluation-step program, compiled once into one Engine
 the first time the sample shape is known (pass input_shape= to build at construction). fit()
 connects the epoch's batches to the FIFOs and runs the training step once per step: no Python
@@ -24,7 +24,7 @@ from ..errors import DataError, EngineError, GraphError, TileMemoryError
 from ..poplar import Engine
 from .config import TrainConfig
 from .model import Sequential, check_weights
-from .optim import SGD
+from .optim import create as create_optimizer
 from .step import EVAL, TRAIN, StepGraph
 
 # A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias"
@@ -58,11 +58,12 @@ class Trainer:
 
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),
-    micro_batches, recompute, seed, loss_scaling, and the scale-out options optimizer_state
-    ("on-chip" or "off-chip"), rts, tensor_parallel, phases and execution ("phased"); or config= a TrainConfig. device: where to
-    train (None: config.system's). input_shape: one sample's shape, e.g. (1, 8, 8), to build
-    and compile now rather than at the first fit/evaluate/predict. options: Engine options
-    (e.g. checked codelets).
+    micro_batches, recompute, seed, loss_scaling, the scale-out options optimizer_state
+    ("on-chip" or "off-chip"), rts, tensor_parallel, phases and execution ("phased"), and the
+    optimizer ("sgd", "adam", "adamw" or "lamb", nn/optim) with weight_decay, betas and eps as
+    torch.optim's; or config= a TrainConfig. device: where to train (None: config.system's).
+    input_shape: one sample's shape, e.g. (1, 8, 8), to build and compile now rather than at
+    the first fit/evaluate/predict. options: Engine options (e.g. checked codelets).
     """
 
     def __init__(self, model, device=None, replicas: int = 1, batch_size: int = 16,
@@ -71,7 +72,9 @@ class Trainer:
                  loss_scaling: float | None = None, options: dict | None = None,
                  micro_batches: int | None = None, optimizer_state: str = "on-chip",
                  rts: bool = False, tensor_parallel: int = 1, phases: int = 1,
-                 execution: str = "default", config: TrainConfig | None = None):
+                 execution: str = "default", optimizer: str = "sgd",
+                 weight_decay: float | None = None, betas=None, eps: float | None = None,
+                 config: TrainConfig | None = None):
         if not isinstance(model, Sequential):
             raise GraphError(f"Trainer takes an nn.Sequential, not {type(model).__name__}")
         config = _config(config, dict(
@@ -79,7 +82,8 @@ class Trainer:
             precision=precision, pipeline=pipeline, recompute=recompute, seed=seed,
             loss_scaling=loss_scaling, micro_batches=micro_batches,
             optimizer_state=optimizer_state, rts=rts, tensor_parallel=tensor_parallel,
-            phases=phases, execution=execution))
+            phases=phases, execution=execution, optimizer=optimizer,
+            weight_decay=weight_decay, betas=betas, eps=eps))
         if device is None:
             device = config.device()
         if not hasattr(device, "target"):
@@ -88,7 +92,7 @@ class Trainer:
         self.config = config.resolve(device.target)
         self.config.check(len(model), device.target)
         self.model, self.device = model, device
-        self.optimizer = SGD(self.config.lr, self.config.momentum)
+        self.optimizer = create_optimizer(self.config)
         self.options = dict(options or {})
         if not model.initialized:
             model.reset_parameters(self.config.seed)
@@ -111,7 +115,7 @@ class Trainer:
     global_batch_size = property(lambda self: self.config.global_batch_size)
     dtype = property(lambda self: self.config.dtype)
     lr = property(lambda self: self.optimizer.lr)
-    momentum = property(lambda self: self.optimizer.momentum)
+    momentum = property(lambda self: self.config.momentum)
 
     @property
     def pipeline(self):
@@ -205,12 +209,11 @@ class Trainer:
         else:
             for key, value in weights.items():
                 self._write(f"write/{key}", value)
-        v = self.optimizer.velocity                    # a fresh start: no momentum yet
-        for buffer in self.optimizer.state_buffers:
-            self.engine.write_remote_buffer(buffer.name, np.zeros(
+        for buffer in self.optimizer.state_buffers:    # a fresh start: no momentum, no
+            self.engine.write_remote_buffer(buffer.name, np.zeros(    # moments, step 0
                 self.replicas * buffer.num_elements, np.float32))
-        if v is not None and not self.optimizer.state_buffers:
-            self._write("write/sgd/velocity", np.zeros(v.num_elements(), np.float32))
+        for name, t in self.optimizer.state_tensors.items():
+            self._write(f"write/{name}", np.zeros(t.num_elements(), np.float32))
 
     # --- data ---------------------------------------------------------------------------------
     def _images(self, x, what: str) -> np.ndarray:
@@ -354,8 +357,8 @@ class Trainer:
         return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
 
     def set_weights(self, weights: dict) -> None:
-        """Load weights keyed as get_weights() returns them (PyTorch layout); momentum starts
-        again from zero."""
+        """Load weights keyed as get_weights() returns them (PyTorch layout); the optimizer
+        starts again (momentum and moments zero, step count 0)."""
         checked = check_weights(self.model.param_shapes(), weights)
         if self.engine is not None:
             self._write_weights(checked)
