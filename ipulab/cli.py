@@ -264,8 +264,15 @@ def _train_parser(sub) -> None:
     t.add_argument("--epochs", type=int, default=None, help="default 5")
     t.add_argument("--batch-size", type=int, default=None,
                    help="images per replica per step (default: 16)")
-    t.add_argument("--lr", type=float, default=None, help="default 0.1")
-    t.add_argument("--momentum", type=float, default=None, help="default 0.9")
+    t.add_argument("--optimizer", choices=("sgd", "adam", "adamw", "lamb"), default=None,
+                   help="sgd (default: with momentum 0.9), adam or adamw (as torch.optim), or "
+                   "lamb (You et al. 2019, as Graphcore's BERT); run on the tiles")
+    t.add_argument("--lr", type=float, default=None,
+                   help="default 0.1 with sgd, 0.01 with adam and adamw, 0.02 with lamb")
+    t.add_argument("--momentum", type=float, default=None, help="sgd's; default 0.9")
+    t.add_argument("--weight-decay", type=float, default=None,
+                   help="L2 for sgd and adam, decoupled for adamw, in the update for lamb "
+                   "(default 0; adamw 0.01)")
     t.add_argument("--recompute", action="store_true",
                    help="keep only block inputs; recompute activations in the backward pass")
     t.add_argument("--tiles-per-ipu", type=int, default=None,
@@ -293,7 +300,8 @@ def train_config(args):
 
     changes = {name: getattr(args, name) for name in (
         "system", "replicas", "micro_batches", "precision", "epochs", "batch_size", "lr",
-        "momentum", "tiles_per_ipu", "seed") if getattr(args, name) is not None}
+        "momentum", "tiles_per_ipu", "seed", "optimizer", "weight_decay")
+        if getattr(args, name) is not None}
     if args.recompute:
         changes["recompute"] = True
     if args.pipeline.lower() != "none":
@@ -316,9 +324,17 @@ def _title(config, target) -> str:
     system = target.system.name if target.partition else config.system   # pod16:NAME#id
     return (f"default CNN on digits, {system} ({target.num_ipus} IPU(s) x "
             f"{target.tiles_per_ipu} tiles), {config.replicas} replica(s) x batch "
-            f"{config.batch_size}, SGD lr {config.lr} momentum {config.momentum}, "
+            f"{config.batch_size}, {_optimizer_title(config)}, "
             f"{config.precision}, {pipeline}{'recompute, ' if config.recompute else ''}"
             f"{config.epochs} epoch(s)")
+
+
+def _optimizer_title(config) -> str:
+    decay = "" if config.weight_decay is None else f" weight decay {config.weight_decay}"
+    if config.optimizer == "sgd":
+        return f"SGD lr {config.lr} momentum {config.momentum}{decay}"
+    name = {"adam": "Adam", "adamw": "AdamW", "lamb": "LAMB"}[config.optimizer]
+    return f"{name} lr {config.lr}{decay}"
 
 
 def _progress_printer(epochs: int):
