@@ -28,6 +28,18 @@ def test_parser_defaults_are_the_course_run():
     assert a.report is None
 
 
+def test_optimizer_flags():
+    """Another optimizer drops the course run's momentum and takes its own lr."""
+    parse = (lambda *args: cli.train_config(cli.build_parser().parse_args(["train", *args])))
+    c = parse("--optimizer", "adamw")
+    assert (c.optimizer, c.lr, c.momentum, c.weight_decay) == ("adamw", 0.01, 0.0, None)
+    c = parse("--optimizer", "lamb", "--weight-decay", "0.01", "--lr", "0.05")
+    assert (c.optimizer, c.lr, c.weight_decay) == ("lamb", 0.05, 0.01)
+    assert parse("--weight-decay", "1e-4").weight_decay == 1e-4       # SGD's L2
+    assert cli._optimizer_title(c) == "LAMB lr 0.05 weight decay 0.01"
+    assert cli._optimizer_title(parse()) == "SGD lr 0.1 momentum 0.9"
+
+
 def test_cli_stays_import_light():
     """Parsing must not import ipulab.nn, bokeh or scikit-learn (only `train` does)."""
     import subprocess
@@ -92,6 +104,16 @@ def test_pipelined_recomputed_run(capsys):
     assert not link.endswith(" 0 B")              # activations and gradients between stages
 
 
+def test_an_adam_run_learns(capsys):
+    """--optimizer adam: the course's CNN with Adam's moments on the tiles, 2 epochs."""
+    code, out, err = run(capsys, "--tiles-per-ipu", "16", "--epochs", "2", "--optimizer",
+                         "adam")
+    assert code == 0, err
+    assert "4 replica(s) x batch 16, Adam lr 0.01, fp32" in out
+    accuracy = [line for line in out.splitlines() if line.startswith("test accuracy")][0]
+    assert float(accuracy.split()[-1].rstrip("%")) > 85
+
+
 def test_report_is_self_contained_html(capsys, tmp_path):
     path = tmp_path / "out.html"
     code, out, err = run(capsys, "--system", "ipu", "--tiles-per-ipu", "8", "--epochs", "1",
@@ -120,6 +142,9 @@ def test_report_is_self_contained_html(capsys, tmp_path):
     (["--lr", "-0.5"], "--lr must be a positive number, not -0.5"),
     (["--lr", "inf"], "--lr must be a positive number, not inf"),
     (["--momentum", "1"], "--momentum must be in [0, 1), not 1.0"),
+    (["--optimizer", "adam", "--momentum", "0.9"],
+     "--momentum must be 0 with optimizer='adam' (SGD's; adam has betas), not 0.9"),
+    (["--optimizer", "lamb", "--weight-decay", "-1"], "--weight-decay must be a number >= 0"),
     (["--tiles-per-ipu", "16", "--replicas", "3"], "replication_factor"),
 ])
 def test_clear_errors(capsys, args, message):
