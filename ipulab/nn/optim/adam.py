@@ -53,6 +53,7 @@ class Adam(Optimizer):
     kind = "adam"
     state_per_parameter = 2
     default_weight_decay, default_eps = 0.0, 1e-8
+    decays_gradient = True         # Adam's weight_decay is L2 in the gradient; AdamW's is not
 
     def __init__(self, lr: float = 1e-3, betas=(0.9, 0.999), eps: float | None = None,
                  weight_decay: float | None = None):
@@ -80,8 +81,8 @@ class Adam(Optimizer):
         if self.decays_gradient:
             g = self.with_l2(g, _3)
         b1, b2 = self.betas
-        w = 1.0 - b1               # torch's lerp: the form that is exact at its end
-        lerp = _1 + w * (g - _1) if w < 0.5 else g - (g - _1) * (1.0 - w)
+        a = 1.0 - b1               # torch's lerp(m, g, a): one form for small a, one for large
+        lerp = _1 + a * (g - _1) if a < 0.5 else g - (g - _1) * (1.0 - a)
         inputs = [grads] + ([weights] if self.decays_gradient and self.weight_decay else [])
         parts = [prog.Sequence(), prog.Sequence(), prog.Sequence()]
         popops.map_in_place(graph, lerp, [m, *inputs], parts[0], f"{name}/m")
@@ -89,8 +90,6 @@ class Adam(Optimizer):
                             f"{name}/v")
         popops.map_in_place(graph, _1 + 1, [step], parts[2], f"{name}/step")
         seq.add(parallel(graph, parts, f"{name}/moments"))
-
-    decays_gradient = True         # Adam's weight_decay is L2 in the gradient; AdamW's is not
 
     def _decayed(self, w):
         """The weight the step is taken from (AdamW: decayed first)."""
