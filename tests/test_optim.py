@@ -290,13 +290,13 @@ def test_fp16(digits, bow2000, runs, kind):
         np.testing.assert_allclose(first["fp16"][2][k], w, rtol=0, atol=0.02 * moved, err_msg=k)
     fp32, fp16 = runs(kind, **options), runs(kind, **options, precision="fp16")
     np.testing.assert_allclose(fp16[0], fp32[0], rtol=0, atol=2e-3)
-    half = runs(kind, precision="fp16")
-    assert_same_bits(runs(kind, precision="fp16", optimizer_state="off-chip"), half)
-    rts = runs(kind, precision="fp16", replicas=2, rts=True)
+    assert_same_bits(runs(kind, **options, precision="fp16", optimizer_state="off-chip"), fp16)
+    rts = runs(kind, **options, precision="fp16", replicas=2, rts=True)
+    replicated = runs(kind, **options, precision="fp16", replicas=2)
     if kind == "lamb":
-        assert_close(rts, runs(kind, precision="fp16", replicas=2))
+        assert_close(rts, replicated)
     else:
-        assert_same_bits(rts, runs(kind, precision="fp16", replicas=2))
+        assert_same_bits(rts, replicated)
 
 
 # --- the state's host handles and a fresh start ---------------------------------------------------
