@@ -19,13 +19,12 @@ import numpy as np
 
 from .. import devices
 from ..errors import ConfigError, GraphError
+from ..options import OPTIMIZER_STATES, PRECISIONS
 from ..poplar import FLOAT, HALF
 from .pipeline import balanced_cuts, stage_spans
 
-PRECISIONS = ("fp32", "fp16")
 OPTIMIZERS = ("sgd",)
 EXECUTIONS = ("default", "phased")
-OPTIMIZER_STATES = ("on-chip", "off-chip")
 HALF_LOSS_SCALE = 128.0         # fp16's default loss scaling: small gradients survive in half
 
 
