@@ -65,6 +65,12 @@ class Layer(Block):
         ipu.hold(("act", run.micro_batch, self.index), 0)
         return x
 
+    @staticmethod
+    def summed(ipu, dy) -> int:
+        """Bytes of the gradient reaching it from the stage's t IPUs, where the shards' sum
+        of a sharded layer after it left them (0 without tensor sharding)."""
+        return dy.elements * ipu.mc.t * ipu.mc.E if dy is not None and ipu.mc.t > 1 else 0
+
     def replaced(self, ipu, run, dx):
         """Its input's gradient (laid out as dx) is written, then its output's and its
         output are freed."""
@@ -114,7 +120,8 @@ class Map(Layer):
 
     def backward(self, ipu, run, dy):
         x = run.inputs[self.index]        # the gradient is laid out like the input
-        ipu.map(self.key(f"{self.op}_grad"), x, *self.cost(True), codelet=f"{self.op}_grad")
+        ipu.map(self.key(f"{self.op}_grad"), x, *self.cost(True), codelet=f"{self.op}_grad",
+                crossing=self.summed(ipu, dy))
         return self.replaced(ipu, run, x)
 
 
@@ -141,7 +148,7 @@ class Pool(Layer):
 
     def forward(self, ipu, run, x):
         c, h, w, ho, wo = self.geometry[:5]
-        out = ipu.mc.placed(x.tiles, x.elements * ho * wo // (h * w))
+        out = x.holding(x.elements * ho * wo // (h * w))
         ipu.pool(self.key(f"{self.op}_pool"), out, out.elements // wo, False, self)
         ipu.hold(("act", run.micro_batch, self.index), out.elements * ipu.mc.E)
         return out
@@ -149,7 +156,8 @@ class Pool(Layer):
     def backward(self, ipu, run, dy):
         w = self.geometry[2]
         dx = run.inputs[self.index]       # rows laid out like the forward's input
-        ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self)
+        ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self,
+                 self.summed(ipu, dy))
         return self.replaced(ipu, run, dx)
 
 
@@ -167,13 +175,12 @@ class Product(Layer):
 
     def forward(self, ipu, run, x):
         mc, mb, i = ipu.mc, run.micro_batch, self.index
-        oc, fan, p = self.dims(run)
         if mc.t > 1:                      # the whole input copied to every shard's IPU
             ipu.link(self.key("input_to_the_shards"), run.n * self.keep * mc.E)
-            ipu.control(mc.linear(run.n * self.keep).tiles)
+            ipu.control(mc.linear(run.n * self.keep, span=1).tiles)
             ipu.hold(("input", mb, i), run.n * self.keep * mc.E)
         self.constants(ipu, run)
-        pre = oc * p * mc.E
+        pre = self.output(mc, run).elements * mc.E
         ipu.transient(max(ipu.partials(*self.forward_product(run)) + pre, 2 * pre))
         out = ipu.product(self.key("forward"), *self.forward_product(run), window=self.window)
         if self.relu:
@@ -186,21 +193,21 @@ class Product(Layer):
     def backward(self, ipu, run, dy):
         mc, mb, i = ipu.mc, run.micro_batch, self.index
         oc, fan, p = self.dims(run)
-        out = mc.placed(mc.plan(*self.forward_product(run)).tiles_used, oc * p)
+        out = self.output(mc, run)
         if self.relu:
             ipu.map(self.key("relu_grad"), out, 5, 3, codelet="relu_grad")
         if mc.t > 1:                      # this shard's slice of the output gradient
             ipu.link(self.key("output_grad_to_the_shards"), oc * p * mc.E)
-            ipu.control(mc.linear(oc * p).tiles)
-        ipu.hold(("dy", mb, i), oc * p * mc.E)
+            ipu.control(mc.linear(oc * p, span=1).tiles)
+        ipu.hold(("dy", mb, i), out.elements * mc.E)
         ipu.free(("grad", mb, i))
         ipu.transient(ipu.partials(*self.weight_product(run)))
         ipu.product(self.key("weight_grad"), *self.weight_product(run))
-        ipu.hold(("wgrad", mb, i), oc * fan * mc.E, "gradients")
+        ipu.hold(("wgrad", mb, i), self.gradient(mc, run).elements * mc.E, "gradients")
         if run.pipelined:                 # added into the step's accumulators, one a tensor
             ipu.free(("wgrad", mb, i))
             for n in self.tensors:
-                ipu.map(self.key("accumulate"), mc.sharded(n), 4, remote=mc.E,
+                ipu.map(self.key("accumulate"), mc.staged(n), 4, remote=mc.E,
                         codelet="accumulate")
         dx = None
         if i > run.first_weighted:
@@ -221,11 +228,16 @@ class Product(Layer):
         lay = ipu.product(self.key("input_grad"), m, k, n)
         if mc.t > 1:
             ipu.shard_sum(self.key("input_grad/sum"), dx, lay.tiles)
-            lay = mc.sharded(dx)
-        ipu.hold(("grad", mb, i - 1), mc.sharded(dx).elements * mc.E)
+            lay = mc.staged(dx)
+        ipu.hold(("grad", mb, i - 1), mc.staged(dx).elements * mc.E)
         return lay
 
     window = 1
+
+    def output(self, mc, run):
+        """Where its output lies: on the forward product's tiles."""
+        oc, fan, p = self.dims(run)
+        return mc.placed(mc.plan(*self.forward_product(run)).tiles_used, oc * p)
 
     def gradient(self, mc, run):
         """Where its weight gradient lies: on the weight-gradient product's tiles."""

@@ -130,10 +130,11 @@ class StepWalk:
         blocks = self.stages()[s]
         ipu, last = Ipu(mc), s == m.pipeline - 1
         builds = m.micro_batches if m.pipeline > 1 else 1
-        per_phase = [sum(self.layers[i].params for i in ph if i in blocks) // m.t
+        per_phase = [self.weights([i for i in ph if i in blocks]).elements
                      for ph in self.phases() if set(ph) & set(blocks)]
         params = max(per_phase)
-        shard = ceil(params / m.replicas) if m.rts else params
+        shard = mc.linear(ceil(sum(self.layers[i].params for i in blocks) / m.t / m.replicas),
+                          FLOAT, mc.replica_span).elements if m.rts else params
         on_chip = m.optimizer_state == "on-chip" and not m.phased
         always = {"weights": FLOAT * shard,
                   "optimizer_state": self.opt.state_bytes(shard) if on_chip else 0}
@@ -165,15 +166,16 @@ class StepWalk:
         accumulators, the first stage's batch (and the copies that bring it in)."""
         m, mc = self.m, self.mc
         for i in blocks if m.rts else ():
-            ipu.hold(("weight", i), ceil(self.layers[i].params / m.t) * FLOAT, "weights")
+            ipu.hold(("weight", i), self.weights([i]).elements * FLOAT, "weights")
         if mc.E == 2:
             ipu.hold("half weights", params * mc.E, "weights")
         if m.pipeline > 1:
-            ipu.hold("accumulators", params * mc.E, "gradients")
+            ipu.hold("accumulators", sum(mc.staged(n).elements for i in blocks
+                                         for n in self.layers[i].tensors) * mc.E, "gradients")
         if s == 0:
             x = self.batch * self.layers[0].keep
-            ipu.hold("input", (mc.sharded(x).elements if m.pipeline == 1 else x) * mc.E)
-            ipu.control(2 * mc.linear(x).tiles)          # training's and evaluation's batch
+            ipu.hold("input", mc.staged(x).elements * mc.E)
+            ipu.control(2 * mc.staged(x).tiles)          # training's and evaluation's batch
         if s == m.pipeline - 1:
             ipu.control(8)
 
@@ -191,20 +193,20 @@ class StepWalk:
         if last:
             classes = self.layers[-1].reduce
             ipu.softmax_cross_entropy("loss", run.n, classes, x)
-            ipu.hold(("grad", mb, blocks[-1]), run.n * classes * mc.E)
+            ipu.hold(("grad", mb, blocks[-1]), x.elements * mc.E)
         elif m.pipeline > 1:                       # to the next stage, its gradient back
-            ipu.control(2 * mc.linear(run.n * self.outputs(blocks[-1])).tiles)
+            ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
 
     def arrive(self, ipu, blocks, run: Pass) -> Layout:
         """Where a micro-batch's input lies: the batch on the first stage; the previous
         stage's activations (and the copies that bring them and take their gradient back)."""
         mc, lo = self.mc, blocks[0]
         if lo == 0:
-            return mc.sharded(run.n * self.layers[0].keep)
+            return mc.staged(run.n * self.layers[0].keep)
         size = run.n * self.outputs(lo - 1)
-        ipu.hold(("act", run.micro_batch, lo - 1), size * mc.E)
-        ipu.control(2 * mc.linear(size).tiles)
-        return mc.linear(size)
+        ipu.hold(("act", run.micro_batch, lo - 1), mc.staged(size).elements * mc.E)
+        ipu.control(2 * mc.staged(size).tiles)
+        return mc.staged(size)
 
     def backward(self, ipu, s: int, blocks, run: Pass) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
@@ -260,10 +262,12 @@ class StepWalk:
                 ipu.control((1 + gathers) * (m.replicas - 1) * grads.tiles)
             if m.pipeline > 1:
                 ipu.map("accumulators/zero", weights, 1, 1, codelet="zero")
-            part = mc.linear(ceil(weights.elements / m.replicas), FLOAT) if m.rts else weights
+            part = mc.linear(ceil(weights.elements / m.replicas), FLOAT,
+                             mc.replica_span) if m.rts else weights
             self.opt.update(ipu, part)
-        params = max(per_phase)
-        chunks = 2 * ceil(params / m.replicas) if m.replicas > 1 else 0
+        grads = max(self.gradients([i for i in phase if i in blocks]).elements
+                    for phase in self.phases())
+        chunks = 2 * ceil(grads / m.replicas) * mc.E // FLOAT if m.replicas > 1 else 0
         off_chip = m.optimizer_state == "off-chip" and not m.phased
         ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
                       "optimizer_state" if off_chip else "gradients")
@@ -291,7 +295,7 @@ class StepWalk:
     def hop(self, blocks) -> list[int]:
         """A micro-batch's activations to the next stage over the IPU-Links."""
         nbytes = self.m.micro_batch_size * self.outputs(blocks[-1]) * self.mc.E
-        return [self.mc.sync + self.target.link_cycles(nbytes, 0, 1)]
+        return [self.mc.far_sync + self.target.link_cycles(nbytes, 0, 1)]
 
     def host(self) -> int:
         """The step's four FIFO copies: images, labels, loss, correct."""
@@ -315,7 +319,7 @@ class StepWalk:
         hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
                   for j in range(r) for k in range(span))
         gathers = 2 if m.rts and m.phased else 1
-        return (1 + gathers) * (r - 1) * (mc.sync + hop)
+        return (1 + gathers) * (r - 1) * (mc.far_sync + hop)
 
     def streaming(self, params: int, phases: list) -> int:
         """Remote-buffer copies (one superstep each; the machine's IPUs share its

@@ -67,6 +67,10 @@ class Layout:
             out[:min(T, tiles)] += n
         return out
 
+    def holding(self, elements: int) -> "Layout":
+        """Another tensor on the same tiles (a map's result, pooling's rows)."""
+        return Layout(self.tiles, int(elements))
+
     def share(self, fraction: float) -> "Layout":
         """A part of it (a chunk of a join: the same tiles, a fraction of each)."""
         parts = tuple((t, ceil(n * fraction)) for t, n in self.parts)
@@ -82,42 +86,56 @@ def joined(layouts) -> Layout:
 
 class Machine:
     """What every IPU of a step shares: the target, the mapping, the element size, the
-    poplin plans of its products (planned once per shape)."""
+    graphs a stage's ops run on, the poplin plans of its products (planned once per shape).
+
+    A layer's ops run on one IPU under tensor sharding (its shard's) or in a pipeline stage,
+    else on all the IPUs of a replica (layer_span: a replica of one stage on 4 IPUs maps its
+    tensors over all their tiles); a stage's own tensors (its input, the shards' sums, the
+    accumulators) spread over its t IPUs (stage_span). Layouts are of the first IPU of a
+    stage, the fullest (tensors are mapped from the first tile on), the one counted."""
 
     def __init__(self, target, mapping):
         self.target, self.m, self.cost = target, mapping, target.cost
-        self.one_ipu = Target(target.chip, 1, target.tiles_per_ipu)
         self.T, self.W = target.tiles_per_ipu, target.num_worker_contexts
         self.E = 2 if mapping.precision == "fp16" else 4
         self.t = mapping.t
-        self.sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
+        self.replica_span = max(1, target.num_ipus // mapping.replicas)
+        self.layer_span = 1 if self.t > 1 or mapping.pipeline > 1 else self.replica_span
+        self.stage_span = self.t if self.t > 1 else self.layer_span
+        self.graph = Target(target.chip, self.layer_span, target.tiles_per_ipu)
+        # a superstep syncs all IPUs when its data crosses between IPUs (far_sync: copies to
+        # other IPUs, and most steps of a layer spread over several), and when replicas run
+        # in lockstep on several IPUs; else one IPU's sync (a shard's or a stage's work)
+        self.far_sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
+        spread = mapping.replicas > 1 or self.layer_span > 1
+        self.sync = self.far_sync if spread else target.sync_cycles("internal")
         self._plans: dict = {}
 
     def plan(self, m: int, k: int, n: int):
-        """poplin's plan of an (m, k) x (k, n) product on one IPU of the target."""
+        """poplin's plan of an (m, k) x (k, n) product on the graph a layer runs on."""
         key = (m, k, n)
         if key not in self._plans:
             self._plans[key] = poplin.plan_mat_mul(
-                self.one_ipu, m, k, n, dtype="half" if self.E == 2 else "float")
+                self.graph, m, k, n, dtype="half" if self.E == 2 else "float")
         return self._plans[key]
 
-    def linear(self, elements: int, nbytes: int | None = None) -> Layout:
-        """map_tensor_linearly on one IPU: at least MIN_BYTES_PER_TILE a tile."""
-        size = nbytes or self.E
-        tiles = max(1, min(self.T, ceil(elements * size / MIN_BYTES_PER_TILE)))
-        return Layout(tiles, int(elements))
+    def linear(self, elements: int, nbytes: int | None = None, span: int | None = None):
+        """map_tensor_linearly over `span` IPUs (default: the graph a layer runs on): at
+        least MIN_BYTES_PER_TILE a tile from the first tile on; the first IPU's part."""
+        size, span = nbytes or self.E, span or self.layer_span
+        tiles = max(1, min(self.T * span, ceil(elements * size / MIN_BYTES_PER_TILE)))
+        return self.placed(tiles, elements)
 
-    def sharded(self, elements: int, nbytes: int | None = None) -> Layout:
-        """A tensor mapped linearly over a stage's t IPUs: its share on the first IPU (the
-        fullest, the one modelled), which a small tensor fills from its first tile on."""
-        size = nbytes or self.E
-        tiles = max(1, min(self.T * self.t, ceil(elements * size / MIN_BYTES_PER_TILE)))
-        return Layout(min(self.T, tiles), ceil(elements * min(self.T, tiles) / tiles))
+    def staged(self, elements: int, nbytes: int | None = None) -> Layout:
+        """A stage's own tensor, mapped linearly over its t IPUs: the first IPU's part."""
+        return self.linear(elements, nbytes, self.stage_span)
 
-    @staticmethod
-    def placed(tiles: int, elements: int) -> Layout:
-        """A tensor of `elements` on the first `tiles` tiles."""
-        return Layout(max(1, int(tiles)), int(elements))
+    def placed(self, tiles: int, elements: int) -> Layout:
+        """A tensor of `elements` on the first `tiles` tiles of a layer's graph: the first
+        IPU's part."""
+        tiles = max(1, int(tiles))
+        mine = min(self.T, tiles)
+        return Layout(mine, ceil(int(elements) * mine / tiles))
 
     def grain(self, nbytes: int | None = None) -> int:
         """Elements of one 64-bit vector: work is split at these boundaries."""
@@ -157,6 +175,14 @@ class Ipu:
 
     def _code(self, name: str, tiles: int) -> None:
         self.codelets[name] = max(self.codelets.get(name, 0), min(self.mc.T, tiles))
+
+    def _sync(self, crossing: int) -> int:
+        """A superstep's sync, and the IPU-Links' time when `crossing` bytes of its input
+        come from the stage's other IPUs (a tensor the shards' sum left spread over them)."""
+        mc = self.mc
+        if not crossing or mc.t == 1:
+            return mc.sync
+        return mc.far_sync + mc.target.link_cycles(int(crossing * (mc.t - 1) / mc.t), 0, 1)
 
     def _receive(self, tiles: int, nbytes: int) -> None:
         """An exchange buffer of nbytes on each of `tiles` tiles."""
@@ -224,20 +250,24 @@ class Ipu:
         return Layout(tiles, m * n)
 
     def partials(self, m: int, k: int, n: int) -> int:
-        """Bytes of a product's float partials (its inner dimension split, or HALF inputs)."""
+        """Bytes on this IPU of a product's float partials (its inner dimension split, or
+        HALF inputs)."""
         plan = self.mc.plan(m, k, n)
-        return m * n * plan.split.k * FLOAT if plan.split.k > 1 or self.mc.E == 2 else 0
+        if plan.split.k == 1 and self.mc.E == 4:
+            return 0
+        return self.mc.placed(plan.tiles_used, m * n * plan.split.k).elements * FLOAT
 
     def map(self, name: str, layout: Layout, per_element: int, fields: int = 2,
             nbytes: int | None = None, remote: int = 0, codelet: str | None = None,
-            runs: int = 1) -> None:
+            runs: int = 1, crossing: int = 0) -> None:
         """An element-wise compute set (popops.map) over a tensor laid out as `layout`: per
         tile its elements cut into at most num_worker_contexts pieces of whole 64-bit grains,
         a vertex each (`fields` vectors); a worker's piece costs the map codelet's estimate
         (ENTRY_CYCLES + per_element cycles an element, VECTOR_WIDTH elements a vector of the
         output's type, nbytes a element). remote: bytes per element of an input laid out
         elsewhere, received first. A join of tensors needs a second, short compute phase for
-        its regions. runs: times it runs in a step."""
+        its regions. runs: times it runs in a step. crossing: bytes of its input on the
+        stage's t IPUs (they come over the IPU-Links)."""
         if layout.elements <= 0:
             return
         mc, cost = self.mc, self.cost
@@ -248,7 +278,8 @@ class Ipu:
         pieces = np.minimum(mc.W, grains)
         busiest = int((-(-grains // np.maximum(pieces, 1))).max()) * grain
         width = VECTOR_WIDTH.get(FLOAT_TYPE if size == 4 else HALF_TYPE, 1)
-        cycles = mc.sync + mc.W * (ENTRY_CYCLES + ceil(busiest * per_element / width))
+        cycles = self._sync(crossing) + mc.W * (ENTRY_CYCLES + ceil(busiest * per_element
+                                                                   / width))
         if remote:
             received = -(-elements * remote // self.cost.alignment) * self.cost.alignment
             self.buffers = np.maximum(self.buffers, received)
@@ -261,7 +292,8 @@ class Ipu:
         self.steps += used
         self._code(codelet or name, used)
 
-    def pool(self, name: str, layout: Layout, rows: int, backward: bool, layer) -> None:
+    def pool(self, name: str, layout: Layout, rows: int, backward: bool, layer,
+             crossing: int = 0) -> None:
         """A pooling compute set (popnn): `rows` rows where their input rows are, cut into at
         most one piece per worker and tile, a vertex each (the codelet's estimate, from
         layer.vertex_cycles), with its geometry and runs constants."""
@@ -271,7 +303,7 @@ class Ipu:
         pieces = min(mc.W, per_tile)
         vertices = tiles * pieces
         vectors, entries = (6, 4) if backward else (4, 2)
-        self.superstep(name, mc.sync + mc.W * layer.vertex_cycles(backward,
+        self.superstep(name, self._sync(crossing) + mc.W * layer.vertex_cycles(backward,
                                                                   ceil(per_tile / pieces)))
         self.state += vertices * self._vertex(vectors, entries=entries)
         self.constants += tiles * self._align((24 if backward else 20) * pieces)
@@ -303,7 +335,7 @@ class Ipu:
     def link(self, name: str, nbytes: int) -> None:
         """Moving nbytes to the neighbouring IPU over the IPU-Links, one superstep."""
         if nbytes:
-            self.superstep(name, self.mc.sync + self.mc.target.link_cycles(int(nbytes), 0, 1))
+            self.superstep(name, self.mc.far_sync + self.mc.target.link_cycles(int(nbytes), 0, 1))
 
     def softmax_cross_entropy(self, name: str, samples: int, classes: int,
                               logits: Layout) -> None:
@@ -315,7 +347,9 @@ class Ipu:
         rows = ceil(samples / tiles)
         pieces = min(mc.W, rows)
         per = ceil(rows / pieces)
-        self.superstep(f"{name}/softmax_cross_entropy", mc.sync + mc.W * SoftmaxCrossEntropy.
+        crossing = samples * classes * mc.E       # the logits' columns are on the t IPUs
+        self.superstep(f"{name}/softmax_cross_entropy", self._sync(crossing) + mc.W *
+                       SoftmaxCrossEntropy.
                        cycle_estimate(1, logits=(per * classes,), labels=(per,)))
         gather = ceil(4 * tiles / mc.target.exchange_bytes_per_cycle) + \
             cost.exchange_setup_cycles
@@ -344,17 +378,20 @@ class Ipu:
 
     def shard_sum(self, name: str, elements: int, tiles: int) -> None:
         """Tensor sharding: popops.reduce adds the t partial input gradients across the
-        IPUs: stage 1 adds each IPU's partial where its product left it; the final stage's
-        output is mapped linearly over the t IPUs, each of its pieces taking a region (and a
-        dst offset, an INT constant) from every IPU's partials."""
+        IPUs: first each IPU's partial where its product left it (`tiles`), then the final
+        stage, its output mapped linearly over the t IPUs, each of its pieces receiving a
+        region (and a dst offset, an INT constant) from every other IPU's partials."""
         mc, t = self.mc, self.mc.t
-        self.link(f"{name}/to_the_shards", elements * mc.E)
-        self.map(f"{name}/sum", Layout(tiles, elements), 4, 3, codelet="ReduceOuter")
-        mine = mc.sharded(elements, FLOAT)
-        out = mc.linear(mine.elements, FLOAT)
-        vertices = out.tiles * min(mc.W, ceil(mine.elements / out.tiles / mc.grain()))
-        self.state += vertices * self._vertex(3, entries=t)
-        self.constants += out.tiles * self._align(ceil(vertices / out.tiles) * t * 4)
+        self.map(f"{name}/partials", Layout(tiles, elements), 4, 3, codelet="ReduceOuter")
+        out = mc.staged(elements, FLOAT)
+        pieces = min(mc.W, ceil(out.per_tile / mc.grain()))
+        received = out.per_tile * (t - 1) * mc.E
+        self.superstep(f"{name}/final", mc.far_sync + mc.target.link_cycles(
+            received * out.tiles, 0, 1) + mc.W * (ENTRY_CYCLES + 4 + ceil(
+                ceil(out.per_tile / pieces) * t / VECTOR_WIDTH[FLOAT_TYPE])))
+        self._receive(out.tiles, self._align(received))
+        self.state += out.tiles * pieces * self._vertex(3, entries=t)
+        self.constants += out.tiles * self._align(pieces * t * 4)
         self.steps += out.tiles
         self._code("ReduceOuterFinal", out.tiles)
 
