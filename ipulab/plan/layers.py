@@ -182,7 +182,8 @@ class Product(Layer):
         self.constants(ipu, run)
         pre = self.output(mc, run).elements * mc.E
         ipu.transient(max(ipu.partials(*self.forward_product(run)) + pre, 2 * pre))
-        out = ipu.product(self.key("forward"), *self.forward_product(run), window=self.window)
+        out = ipu.product(self.key("forward"), *self.forward_product(run), window=self.window,
+                          local=True)
         if self.relu:
             ipu.map(self.key("relu"), out, 3, 2, codelet="relu")
         ipu.hold(("act", mb, i), pre)
@@ -202,13 +203,13 @@ class Product(Layer):
         ipu.hold(("dy", mb, i), out.elements * mc.E)
         ipu.free(("grad", mb, i))
         ipu.transient(ipu.partials(*self.weight_product(run)))
-        ipu.product(self.key("weight_grad"), *self.weight_product(run))
+        ipu.product(self.key("weight_grad"), *self.weight_product(run), window=self.window)
         ipu.hold(("wgrad", mb, i), self.gradient(mc, run).elements * mc.E, "gradients")
-        if run.pipelined:                 # added into the step's accumulators, one a tensor
-            ipu.free(("wgrad", mb, i))
+        if run.pipelined:                 # added into the step's accumulators, one a tensor,
+            ipu.free(("wgrad", mb, i))    # mapped over the stage's t IPUs (not by shard)
             for n in self.tensors:
                 ipu.map(self.key("accumulate"), mc.staged(n), 4, remote=mc.E,
-                        codelet="accumulate")
+                        codelet="accumulate", crossing=n * mc.E)
         dx = None
         if i > run.first_weighted:
             dx = self.input_gradient(ipu, run)
@@ -225,7 +226,7 @@ class Product(Layer):
         m, k, n = self.input_product(run)
         dx = run.n * self.keep
         ipu.transient(ipu.partials(m, k, n) + self.flipped(ipu) + dx * mc.E)
-        lay = ipu.product(self.key("input_grad"), m, k, n)
+        lay = ipu.product(self.key("input_grad"), m, k, n, window=self.window)
         if mc.t > 1:
             ipu.shard_sum(self.key("input_grad/sum"), dx, lay.tiles)
             lay = mc.staged(dx)

@@ -62,7 +62,8 @@ def _scale_out(m: Mapping) -> list[str]:
 def describe_run(run, style: str = "plan") -> str:
     """A run (a Mapping or an nn.TrainConfig) described in one of three lengths:
     "plan" — every choice: 't 8x8 · p 1 · r 4 · 32 micro-batches of 1 · fp16 · adam ·
-    recompute · rts · phases 96 · state off-chip' (the planner's tables, the cross-check);
+    recompute · rts · phases 96 · state off-chip', layers per stage as [3,7,7,7] or, before
+    they are resolved, where nn cuts (cut at 3,6) (the planner's tables, the cross-check);
     "words" — replicas and batch, then what differs from plain data parallelism:
     '4 replicas x batch 16, fp32, t 2, recompute' (the training dashboard);
     "marker" — '4×16 fp32' and the same differences, short (a plot's marker)."""
@@ -71,16 +72,17 @@ def describe_run(run, style: str = "plan") -> str:
     batch = size * count if size and count else size
     if style == "plan":
         t1, t2 = m.tensor_parallel
-        stages = m.layers_per_stage or m.stage_starts
+        stages = (f" [{','.join(map(str, m.layers_per_stage))}]" if m.layers_per_stage else
+                  f" (cut at {','.join(map(str, m.stage_starts))})" if m.stage_starts else "")
         parts = [f"t {t1}" + (f"x{t2}" if t2 > 1 else ""),
-                 f"p {m.pipeline}" + (f" [{','.join(map(str, stages))}]"
-                                      if stages and m.pipeline > 1 else ""), f"r {m.replicas}"]
+                 f"p {m.pipeline}" + (stages if m.pipeline > 1 else ""), f"r {m.replicas}"]
         if size:
             parts.append(f"batch {size}" if count in (None, 1) else
                          f"{count} micro-batches of {size}")
         parts += [m.precision, _optimizer(m)] + ["recompute"] * m.recompute + ["rts"] * m.rts
         parts += [f"phases {m.phases or 'per layer'}"] * m.phased
-        return " · ".join(parts + [f"state {m.optimizer_state}"])
+        state = "off-chip" if m.phased else m.optimizer_state     # it streams with the phases
+        return " · ".join(parts + [f"state {state}"])
     replicas = f"{m.replicas} replica" + "s" * (m.replicas != 1)
     if style == "words":
         return ", ".join([f"{replicas} x batch {batch}", m.precision, *_scale_out(m)])

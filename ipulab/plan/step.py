@@ -162,10 +162,13 @@ class StepWalk:
                     self.first_weighted)
 
     def step_tensors(self, ipu, s: int, blocks, params: int) -> None:
-        """What lives the whole step: RTS's gathered weights, the fp16 weights, a pipeline's
-        accumulators, the first stage's batch (and the copies that bring it in)."""
+        """What lives the whole step: RTS's gathered weights (of the largest phase when
+        phased), the fp16 weights, a pipeline's accumulators, the first stage's batch (and
+        the copies that bring it in)."""
         m, mc = self.m, self.mc
-        for i in blocks if m.rts else ():
+        gathered = max(([i for i in ph if i in blocks] for ph in self.phases()),
+                       key=lambda ls: self.weights(ls).elements) if m.phased else blocks
+        for i in gathered if m.rts else ():      # phased: one phase's at a time
             ipu.hold(("weight", i), self.weights([i]).elements * FLOAT, "weights")
         if mc.E == 2:
             ipu.hold("half weights", params * mc.E, "weights")

@@ -222,18 +222,23 @@ class Ipu:
 
     # --- ops -------------------------------------------------------------------------------
     def product(self, name: str, m: int, k: int, n: int, window: int = 1,
-                accumulate: bool = False) -> Layout | None:
+                local: bool = False, accumulate: bool = False) -> Layout | None:
         """An (m, k) x (k, n) product as poplin builds it; its result's layout. window: a
         convolution's B operand is a patches view in which each element of its tensor
-        appears kh·kw times; a tile receives each element once."""
+        appears kh·kw times; local: its tiles hold most of their patches' images (the
+        forward's, laid out by the layer before), so a tile receives each element once."""
         if min(m, k, n) < 1:
             return None
         mc = self.mc
         plan = mc.plan(m, k, n)
-        c, blk, tiles = plan.cycles, plan.block, plan.tiles_used
-        ab = (blk.m * blk.k + blk.k * blk.n // window) * mc.E
+        c, blk, tiles = plan.cycles, plan.block, min(mc.T, plan.tiles_used)   # this IPU's
+        ab = (blk.m * blk.k + blk.k * blk.n // (window if local else 1)) * mc.E
         gather = ceil(ab / mc.target.exchange_bytes_per_cycle) + self.cost.exchange_setup_cycles
-        self.superstep(f"{name}/products", mc.sync + max(gather, c["exchange"]) + c["compute"])
+        inputs = m * k + k * n // window   # a replica's layer over several IPUs: the part
+        remote = 1 - mc.linear(inputs).elements / inputs     # of its inputs on the others
+        links = mc.target.link_cycles(int(tiles * ab * remote), 0, 1)    # crosses the links
+        self.superstep(f"{name}/products", mc.sync + max(gather, c["exchange"]) + links
+                       + c["compute"])
         self.state += tiles * self._vertex(4)
         self.constants += tiles * self._align(3 * 4)
         self.steps += tiles
@@ -247,7 +252,7 @@ class Ipu:
             self.constants += tiles * self._align(4) * accumulate
             self.steps += tiles
             self._code("ReducePartials" + "Acc" * accumulate, tiles)
-        return Layout(tiles, m * n)
+        return mc.placed(plan.tiles_used, m * n)
 
     def partials(self, m: int, k: int, n: int) -> int:
         """Bytes on this IPU of a product's float partials (its inner dimension split, or
