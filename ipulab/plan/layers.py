@@ -15,12 +15,14 @@ and give where the tensor flowing through lies (a tiles.Layout). `run` is the pa
 the micro-batch's samples and index, training or evaluation, and what the mapping asks.
 
 Block is a block given by its counts alone (a transformer layer at full scale, or a stack of
-them for an exercise); layers_of(model, sample_shape) reads an nn.Sequential through KINDS,
-keyed by nn's layer classes (a new layer kind is a new cost class and a line there).
+them for an exercise); CrossEntropyLoss is the loss the Trainer adds after the last layer;
+layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by nn's layer
+classes (a new layer kind is a new cost class and a line there).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from math import ceil
@@ -98,53 +100,72 @@ class FoldedReLU(Layer):
     cut_before: ClassVar[bool] = False
 
 
-@dataclass(frozen=True)
 class Map(Layer):
-    """ReLU or Dropout on their own: an element-wise map each way (Dropout only in training)."""
+    """An element-wise layer on its own: a map each way (popops' map codelets: a load per
+    input, a store and each operation an element), its gradient laid out like its input."""
 
-    op: str = "relu"
-    train_only: bool = False
-
-    def cost(self, backward: bool) -> tuple[int, int]:
-        """(cycles an element, vector fields) of its map: a load per input, a store and each
-        operation (popops' map codelets); ReLU's gradient selects on its output."""
-        if self.op == "relu":
-            return (5, 3) if backward else (3, 2)
-        return (5, 3) if backward else (6, 3)      # Dropout: the mask drawn and applied
+    op: ClassVar[str] = ""
+    cost: ClassVar[dict] = {}         # pass -> (cycles an element, vector fields)
+    train_only: ClassVar[bool] = False
 
     def forward(self, ipu, run, x):
         if run.train or not self.train_only:
-            ipu.map(self.key(self.op), x, *self.cost(False), codelet=self.op)
+            ipu.map(self.key(self.op), x, *self.cost["forward"], codelet=self.op)
         ipu.hold(("act", run.micro_batch, self.index), x.elements * ipu.mc.E)
         return x
 
     def backward(self, ipu, run, dy):
-        x = run.inputs[self.index]        # the gradient is laid out like the input
-        ipu.map(self.key(f"{self.op}_grad"), x, *self.cost(True), codelet=f"{self.op}_grad",
-                crossing=self.summed(ipu, dy))
+        x = run.inputs[self.index]
+        ipu.map(self.key(f"{self.op}_grad"), x, *self.cost["backward"],
+                codelet=f"{self.op}_grad", crossing=self.summed(ipu, dy))
         return self.replaced(ipu, run, x)
+
+
+class ReLU(Map):
+    """nn.ReLU not after a product: max(x, 0); its gradient selects on its output."""
+
+    op, cost = "relu", {"forward": (3, 2), "backward": (5, 3)}
+
+
+class Dropout(Map):
+    """nn.Dropout: the mask drawn and applied in training (an evaluation passes x through,
+    so nn builds it a forward of its own); its gradient masked."""
+
+    op, cost, train_only = "dropout", {"forward": (6, 3), "backward": (5, 3)}, True
 
 
 @dataclass(frozen=True)
 class Pool(Layer):
-    """MaxPool2d or AvgPool2d (popnn.pooling): rows pooled where their input rows are, a
-    vertex per worker's rows and tile, both ways."""
+    """Pooling (popnn.pooling): rows pooled where their input rows are, a vertex per worker's
+    rows and tile, both ways."""
 
-    op: str = "max"
     geometry: tuple = ()        # (c, h, w, ho, wo, kh, kw, sh, sw, ph, pw)
+    op: ClassVar[str] = ""
+
+    def codelet(self, backward: bool):
+        """popnn's codelet of its forward or backward vertices."""
+        raise NotImplementedError
+
+    def window(self) -> list:
+        """Its geometry as the codelets read it (a constant on every tile it runs on)."""
+        from ..popnn.pooling import Window
+        c, h, w, ho, wo, kh, kw, sh, sw, ph, pw = self.geometry
+        return Window(1, c, h, w, kh, kw, sh, sw, ph, pw).geometry(self.op)
+
+    def run_ints(self, backward: bool) -> int:
+        """INTs of a vertex's runs constant: the first rows of its regions."""
+        return 2
 
     def vertex_cycles(self, backward: bool, rows: int) -> int:
         """The codelet's estimate (of its fields' sizes) for a vertex of `rows` rows (pooled
         rows forward, input rows backward)."""
-        from ..popnn import poolcodelets as pc
-        from ..popnn.pooling import Window
-        c, h, w, ho, wo, kh, kw, sh, sw, ph, pw = self.geometry
-        geo = len(Window(1, c, h, w, kh, kw, sh, sw, ph, pw).geometry(self.op))
+        c, h, w, ho, wo = self.geometry[:5]
+        geo, runs = len(self.window()), self.run_ints(backward)
         if backward:
             pooled = ceil(rows * ho / h)
-            return pc.MaxPoolGrad.cycle_estimate(geo, 3, grad=(pooled * wo,), out=(rows * w,))
-        codelet = pc.MaxPool if self.op == "max" else pc.AvgPool
-        return codelet.cycle_estimate(geo, 2, out=(rows * wo,))
+            return self.codelet(True).cycle_estimate(geo, runs, grad=(pooled * wo,),
+                                                     out=(rows * w,))
+        return self.codelet(False).cycle_estimate(geo, runs, out=(rows * wo,))
 
     def forward(self, ipu, run, x):
         c, h, w, ho, wo = self.geometry[:5]
@@ -159,6 +180,30 @@ class Pool(Layer):
         ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self,
                  self.summed(ipu, dy))
         return self.replaced(ipu, run, dx)
+
+
+class MaxPool2d(Pool):
+    """nn.MaxPool2d: its gradient to each window's first maximum (the input and the pooled
+    output read again; a third INT a run)."""
+
+    op = "max"
+
+    def codelet(self, backward: bool):
+        from ..popnn import poolcodelets as pc
+        return pc.MaxPoolGrad if backward else pc.MaxPool
+
+    def run_ints(self, backward: bool) -> int:
+        return 3 if backward else 2
+
+
+class AvgPool2d(Pool):
+    """nn.AvgPool2d: its gradient spread over each window."""
+
+    op = "avg"
+
+    def codelet(self, backward: bool):
+        from ..popnn import poolcodelets as pc
+        return pc.AvgPoolGrad if backward else pc.AvgPool
 
 
 @dataclass(frozen=True)
@@ -185,7 +230,7 @@ class Product(Layer):
         out = ipu.product(self.key("forward"), *self.forward_product(run), window=self.window,
                           local=True)
         if self.relu:
-            ipu.map(self.key("relu"), out, 3, 2, codelet="relu")
+            ipu.map(self.key("relu"), out, *ReLU.cost["forward"], codelet="relu")
         ipu.hold(("act", mb, i), pre)
         if run.rts and i == run.first_weighted:
             ipu.free(("weight", i))       # the first layer's weights: read only here
@@ -196,7 +241,7 @@ class Product(Layer):
         oc, fan, p = self.dims(run)
         out = self.output(mc, run)
         if self.relu:
-            ipu.map(self.key("relu_grad"), out, 5, 3, codelet="relu_grad")
+            ipu.map(self.key("relu_grad"), out, *ReLU.cost["backward"], codelet="relu_grad")
         if mc.t > 1:                      # this shard's slice of the output gradient
             ipu.link(self.key("output_grad_to_the_shards"), oc * p * mc.E)
             ipu.control(mc.linear(oc * p, span=1).tiles)
@@ -326,6 +371,30 @@ class Conv2d(Product):
         return self.params // ipu.mc.t * ipu.mc.E
 
 
+@dataclass(frozen=True)
+class CrossEntropyLoss(Block):
+    """The loss the Trainer puts after the last layer (popnn.calc_loss): softmax
+    cross-entropy of `classes` logits a sample, its gradient, the sums of the loss and of the
+    correct answers, their mean."""
+
+    classes: int = 0
+    simulated: ClassVar[bool] = True
+
+    @classmethod
+    def of(cls, classes: int) -> "CrossEntropyLoss":
+        return cls("loss", 0, 0, 0.0, classes, 2 * classes, 0, classes)
+
+    def forward(self, ipu, run, logits, key=None):
+        """Its ops on a micro-batch's logits (laid out as the last layer left them); the
+        gradient of the logits is held as key (in training)."""
+        ipu.softmax_cross_entropy("eval/loss" if key is None else "loss", run.n, self.classes,
+                                  logits)
+        if key is None:
+            ipu.arg_max(run.n)
+        else:
+            ipu.hold(key, logits.elements * ipu.mc.E)
+
+
 def _conv(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Conv2d:
     c, h, w = shape
     o, ho, wo = out
@@ -352,25 +421,23 @@ def _linear(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Linear:
                        math.prod(shape[:-1]), bool(layer.bias), True, i, work)
 
 
-def _pool(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool:
+def _pool(cls, layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool:
     (kh, kw_), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
     n_in, n_out = math.prod(shape), math.prod(out)
-    return Pool(f"{i}.{type(layer).__name__}", 0, 0, float(n_out * kh * kw_), n_in,
-                n_in + n_out, 0, i, (), work, op=layer.kind,
-                geometry=(shape[0], shape[1], shape[2], out[1], out[2], kh, kw_, sh, sw, ph, pw))
+    return cls(f"{i}.{cls.__name__}", 0, 0, float(n_out * kh * kw_), n_in, n_in + n_out, 0, i,
+               (), work, geometry=(shape[0], shape[1], shape[2], out[1], out[2], kh, kw_, sh, sw,
+                                   ph, pw))
 
 
 def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False):
     n = math.prod(shape)
-    if folded:
-        return FoldedReLU(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
-    return Map(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work, op="relu")
+    cls = FoldedReLU if folded else ReLU
+    return cls(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
-def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Map:
+def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Dropout:
     n = math.prod(shape)
-    return Map(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work, op="dropout",
-               train_only=True)
+    return Dropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
 def _view(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> View:
@@ -381,7 +448,9 @@ def kinds() -> dict:
     """nn's layer classes -> the function making their cost (imported on first use: nn
     builds graphs, which the full scale never needs)."""
     from .. import nn
-    return {nn.Conv2d: _conv, nn.Linear: _linear, nn.MaxPool2d: _pool, nn.AvgPool2d: _pool,
+    return {nn.Conv2d: _conv, nn.Linear: _linear,
+            nn.MaxPool2d: functools.partial(_pool, MaxPool2d),
+            nn.AvgPool2d: functools.partial(_pool, AvgPool2d),
             nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view}
 
 

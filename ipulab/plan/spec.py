@@ -16,7 +16,7 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 from ..errors import PlanError
-from .layers import Block, layers_of
+from .layers import Block, CrossEntropyLoss, layers_of
 from .transformer import PRESETS, transformer
 
 
@@ -34,6 +34,7 @@ class ModelSpec:
     micro_batch_size: int = 1
     global_batch: int = 1
     source: str = ""
+    loss: Block | None = None             # the Trainer's loss after the last layer (nn)
     micro: InitVar[int | None] = None
 
     def __post_init__(self, micro):
@@ -178,6 +179,8 @@ def spec_from_model(model, sample_shape, name: str = "model", micro_batch_size: 
     if not len(model):
         raise PlanError("spec_from_model: the model has no layers")
     blocks = tuple(layers_of(model, shape))
+    classes = model.output_shape(shape)
     return ModelSpec(name, blocks, None, "layers", {"sample_shape": shape}, micro_batch_size,
-                     global_batch or micro_batch_size, "an ipulab.nn model")
+                     global_batch or micro_batch_size, "an ipulab.nn model",
+                     CrossEntropyLoss.of(classes[-1]))
 

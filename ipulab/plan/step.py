@@ -75,7 +75,8 @@ class StepWalk:
         self.layers = list(spec.blocks)
         self.opt = optimizer_cost(mapping.optimizer, mapping.momentum)
         self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
-        self.dropout = any(getattr(b, "train_only", False) for b in self.layers)
+        self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
+        # of its own for the evaluation (nn builds one when a layer acts only in training)
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -194,9 +195,7 @@ class StepWalk:
             for i in seg[:-1] if m.recompute else ():
                 ipu.free(("act", mb, i))
         if last:
-            classes = self.layers[-1].reduce
-            ipu.softmax_cross_entropy("loss", run.n, classes, x)
-            ipu.hold(("grad", mb, blocks[-1]), x.elements * mc.E)
+            self.spec.loss.forward(ipu, run, x, ("grad", mb, blocks[-1]))
         elif m.pipeline > 1:                       # to the next stage, its gradient back
             ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
 
@@ -239,8 +238,7 @@ class StepWalk:
             for i in blocks:
                 x = self.layers[i].forward(ipu, run, x)
             if last:
-                ipu.softmax_cross_entropy("eval/loss", run.n, self.layers[-1].reduce, x)
-                ipu.arg_max(run.n)
+                self.spec.loss.forward(ipu, run, x)
         if last and not own:
             ipu.arg_max(self.m.micro_batch_size)
 

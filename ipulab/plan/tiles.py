@@ -34,6 +34,8 @@ from math import ceil
 import numpy as np
 
 from .. import poplin
+from ..poplin.codelets import MatMulBlock, ReducePartials, ReducePartialsAcc
+from ..popnn.argmax import ArgMaxRows
 from ..popnn.loss import SoftmaxCrossEntropy
 from ..popops.mapcodelet import ENTRY_CYCLES, VECTOR_WIDTH
 from ..poplar import FLOAT as FLOAT_TYPE, HALF as HALF_TYPE
@@ -173,6 +175,16 @@ class Ipu:
         return (c.vertex_header_bytes + vectors * c.vector_field_bytes
                 + scalars * c.scalar_field_bytes + entries * c.vector_list_entry_bytes)
 
+    def vertex_of(self, codelet, regions: int = 1) -> int:
+        """Vertex state bytes of one vertex of a codelet, as poplar counts it: a header, a
+        pointer (and size) per field, an entry per region of each VectorList field."""
+        c = self.cost
+        size = {"scalar": c.scalar_field_bytes, "vector": c.vector_field_bytes,
+                "vector_list": c.vector_field_bytes}
+        lists = sum(f.kind == "vector_list" for f in codelet.fields)
+        return (c.vertex_header_bytes + sum(size[f.kind] for f in codelet.fields)
+                + lists * regions * c.vector_list_entry_bytes)
+
     def _code(self, name: str, tiles: int) -> None:
         self.codelets[name] = max(self.codelets.get(name, 0), min(self.mc.T, tiles))
 
@@ -239,8 +251,8 @@ class Ipu:
         links = mc.target.link_cycles(int(tiles * ab * remote), 0, 1)    # crosses the links
         self.superstep(f"{name}/products", mc.sync + max(gather, c["exchange"]) + links
                        + c["compute"])
-        self.state += tiles * self._vertex(4)
-        self.constants += tiles * self._align(3 * 4)
+        self.state += tiles * self.vertex_of(MatMulBlock)
+        self.constants += tiles * self._align(3 * 4)          # its dims: m, k, n
         self.steps += tiles
         self._code("MatMulBlock", tiles)
         self._receive(tiles, (blk.m * blk.k + blk.k * blk.n) * mc.E)
@@ -248,7 +260,8 @@ class Ipu:
             if c["reduction_compute"]:
                 self.superstep(f"{name}/reduce", mc.sync + c["reduction_exchange"]
                                + c["reduction_compute"])
-            self.state += tiles * self._vertex(2 + accumulate)
+            self.state += tiles * self.vertex_of(ReducePartialsAcc if accumulate
+                                                 else ReducePartials)
             self.constants += tiles * self._align(4) * accumulate
             self.steps += tiles
             self._code("ReducePartials" + "Acc" * accumulate, tiles)
@@ -300,20 +313,20 @@ class Ipu:
     def pool(self, name: str, layout: Layout, rows: int, backward: bool, layer,
              crossing: int = 0) -> None:
         """A pooling compute set (popnn): `rows` rows where their input rows are, cut into at
-        most one piece per worker and tile, a vertex each (the codelet's estimate, from
-        layer.vertex_cycles), with its geometry and runs constants."""
+        most one piece per worker and tile, a vertex each (layer.codelet's fields and
+        estimate), with its geometry constant on each tile and a runs constant a vertex."""
         mc = self.mc
         tiles = max(1, min(layout.tiles, rows))
         per_tile = ceil(rows / tiles)
         pieces = min(mc.W, per_tile)
-        vertices = tiles * pieces
-        vectors, entries = (6, 4) if backward else (4, 2)
         self.superstep(name, self._sync(crossing) + mc.W * layer.vertex_cycles(backward,
                                                                   ceil(per_tile / pieces)))
-        self.state += vertices * self._vertex(vectors, entries=entries)
-        self.constants += tiles * self._align((24 if backward else 20) * pieces)
+        codelet = layer.codelet(backward)
+        self.state += tiles * pieces * self.vertex_of(codelet)
+        self.constants += tiles * (self._align(4 * len(layer.window()))
+                                   + pieces * self._align(4 * layer.run_ints(backward)))
         self.steps += tiles
-        self._code(f"Pool{backward}", tiles)
+        self._code(codelet.__name__, tiles)
 
     def constant(self, elements: int, nbytes: int, key=None) -> None:
         """A constant mapped linearly (once per key when it is shared by shape)."""
@@ -366,7 +379,7 @@ class Ipu:
                 self.superstep(f"{name}/{part}/final", mc.sync + gather + mc.W * (
                     entry + ceil(tiles / width)))
         self.superstep(f"{name}/mean", mc.sync + mc.W * (ENTRY_CYCLES + 3))
-        self.state += tiles * pieces * self._vertex(5, scalars=1, entries=5)
+        self.state += tiles * pieces * self.vertex_of(SoftmaxCrossEntropy)
         for part in ("sum", "correct", "mean"):
             self.state += self._vertex(2, entries=1)
             self.steps += 1
@@ -377,7 +390,7 @@ class Ipu:
     def arg_max(self, samples: int) -> None:
         """The evaluation's predictions: popnn.arg_max, a vertex per worker's rows."""
         v = min(samples, self.mc.W)
-        self.state += v * self._vertex(2, entries=2)
+        self.state += v * self.vertex_of(ArgMaxRows)
         self.steps += v
         self._code("ArgMaxRows", v)
 
