@@ -166,3 +166,12 @@ def test_an_unknown_layer_is_named():
         pass
     with pytest.raises(PlanError, match="layer 1 .Square."):
         plan.spec_from_model(nn.Sequential(nn.Flatten(), Square()), (1, 8, 8))
+
+
+def test_misuse_is_one_plan_error():
+    with pytest.raises(PlanError, match="shape .1, 4, 4.*Linear"):
+        plan.spec_from_model(mlp(), (1, 4, 4))
+    with pytest.raises(PlanError, match="nn.TrainConfig"):
+        plan.mapping_from_config({"replicas": 2})
+    with pytest.raises(PlanError, match="no layers"):
+        plan.spec_from_model([], (1, 8, 8))

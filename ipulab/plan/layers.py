@@ -457,9 +457,14 @@ def kinds() -> dict:
 def layers_of(model, sample_shape) -> list[Layer]:
     """The cost of every layer of an nn.Sequential for samples of sample_shape: its kind's
     class (by nn's layer class), a ReLU folded into the product before it as nn folds it."""
+    from ..errors import GraphError
     from ..nn.pipeline import layer_work
     makers = kinds()
-    shapes = model.shapes(sample_shape)
+    try:
+        shapes = model.shapes(sample_shape)
+    except GraphError as e:
+        raise PlanError(f"spec_from_model: samples of shape {tuple(sample_shape)}: {e}") \
+            from None
     work = layer_work(model, sample_shape)
     out, prev = [], None
     for i, layer in enumerate(model):

@@ -22,6 +22,9 @@ def mapping_from_config(config) -> Mapping:
     boundaries, or a number of stages nn balances), replicas, micro-batches, precision,
     optimizer (SGD's momentum), recompute, RTS, optimizer state and phases. Not strict: a
     simulated run may leave IPUs idle and need not use powers of two."""
+    if not all(hasattr(config, k) for k in ("replicas", "batch_size", "tensor_parallel")):
+        raise PlanError(f"mapping_from_config takes an nn.TrainConfig (trainer.config), not "
+                        f"{type(config).__name__}")
     if config.replicas is None:
         raise PlanError("mapping_from_config: replicas=None is decided by a target; give a "
                         "resolved config (trainer.config, or config.resolve(target))")
