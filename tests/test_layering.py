@@ -17,7 +17,8 @@ FLOORS = [
     ["widgets"],
     ["course"],
     ["vipu"],
-    ["nn", "plan"],
+    ["plan"],
+    ["nn"],
     ["gcl", "popnn", "poprand"],
     ["popops", "poplin"],
     ["poputil"],
@@ -26,7 +27,7 @@ FLOORS = [
     ["devices"],
     ["target"],
     ["arch", "data"],
-    ["errors", "version"],
+    ["errors", "version", "options"],
 ]
 FLOOR = {pkg: i for i, names in enumerate(FLOORS) for pkg in names}
 ASIDE = {"viz"}            # reads Profile data; imports nothing of ipulab

@@ -35,8 +35,9 @@ def test_bert_large_pod16_published_decisions():
     p8 = est(bert, "pod16", "p=8,layers=2/3/3/3/3/3/3/4,r=2", 65536)
     assert not on.fits and "In-Processor Memory" in on.reason
     assert off.fits and p8.fits
-    assert off.mapping.micro * off.mapping.replicas * off.mapping.ga == 65536
-    assert off.mapping.ga == 2048           # 8 x 4 x 2048 (IPU_FACTS)
+    m = off.mapping
+    assert m.micro_batch_size * m.replicas * m.micro_batches == 65536
+    assert m.micro_batches == 2048           # 8 x 4 x 2048 (IPU_FACTS)
     # what makes the difference is the optimizer state: the rest is the same
     assert on.memory[1]["kinds"]["weights"] == off.memory[1]["kinds"]["weights"]
     assert on.memory[1]["kinds"]["optimizer_state"] > off.memory[1]["kinds"]["optimizer_state"]
@@ -102,7 +103,8 @@ def test_bad_input_errors(call, rule):
 
 def test_parse_mapping_keys():
     m = plan.parse_mapping("t=8x8,r=4,rts,phases=96,state=off-chip,micro=1,ga=32")
-    assert (m.tensor_parallel, m.replicas, m.rts, m.phases, m.micro, m.ga) == \
+    assert (m.tensor_parallel, m.replicas, m.rts, m.phases, m.micro_batch_size,
+            m.micro_batches) == \
         ((8, 8), 4, True, 96, 1, 32)
     assert plan.parse_mapping("layers=3/7/7/7").pipeline == 4
     assert plan.parse_mapping("rts=off").rts is False

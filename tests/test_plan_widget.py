@@ -39,3 +39,26 @@ def test_planner_figures_are_data_in_data_out():
            "sram_bytes_per_ipu": e.sram_bytes, "mappings": [e.to_dict()]}
     assert "In-Processor Memory" in mapping_table(doc["mappings"]).text
     assert len(planner_report(doc).children) == 4          # head, memory, time, table
+
+
+def test_the_numbers_say_what_they_rest_on():
+    w = PlannerWidget(plan.bert_large(), "pod16", global_batch=65536, optimizer="lamb")
+    w.p.value = "4"
+    assert "64 KiB per tile, assumed" in w.status.value
+    e = plan.estimate(plan.bert_large(), "pod16",
+                      plan.parse_mapping("p=4,layers=3/7/7/7,r=4", optimizer="lamb"), 65536)
+    doc = {"model": "bert-large", "system": "pod16", "parameters": e.parameters,
+           "sram_bytes_per_ipu": e.sram_bytes, "assumptions": list(e.assumptions),
+           "mappings": [e.to_dict()]}
+    assert "64 KiB per tile" in planner_report(doc).children[0].text
+
+
+def test_a_simulated_model_on_the_device_it_ran_on():
+    from ipulab import devices, nn
+    spec = plan.spec_from_model(nn.default_cnn(), (1, 8, 8), global_batch=256)
+    w = PlannerWidget(spec, devices.pod(16, tiles_per_ipu=16), precision="fp32",
+                      momentum=False, recompute=False)
+    assert all("x" not in t for t in w.t.options)           # nn shards one way
+    assert w.estimate.fits and w.estimate.sram_bytes == 16 * 638_976
+    assert "checked against the simulator" in w.status.value
+    assert "code" in w.estimate.memory[0]["kinds"]

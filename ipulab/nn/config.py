@@ -19,14 +19,12 @@ import numpy as np
 
 from .. import devices
 from ..errors import ConfigError, GraphError
+from ..options import OPTIMIZER_STATES, OPTIMIZERS, PRECISIONS
 from ..poplar import FLOAT, HALF
 from .optim import create as create_optimizer
 from .pipeline import balanced_cuts, stage_spans
 
-PRECISIONS = ("fp32", "fp16")
-OPTIMIZERS = ("sgd", "adam", "adamw", "lamb")
 EXECUTIONS = ("default", "phased")
-OPTIMIZER_STATES = ("on-chip", "off-chip")
 DEFAULT_RUN_LR = {"sgd": 0.1, "adam": 0.01, "adamw": 0.01, "lamb": 0.02}   # default_run's
 HALF_LOSS_SCALE = 128.0         # fp16's default loss scaling: small gradients survive in half
 

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from ..errors import PlanError
+from ..options import PRECISIONS
 from .estimate import MB, estimate, system_of
-from .mapping import OPTIMIZERS, PRECISIONS, parse_mapping
+from .mapping import parse_mapping
+from .optim import OPTIMIZERS
+from .runs import describe_run
 from .search import search
-from .spec import PRESETS, from_dims
+from .spec import load_model
+from .transformer import PRESETS
 
 MODELS = tuple(PRESETS) + ("cnn",)
 
@@ -30,43 +33,31 @@ def add_parser(subparsers):
         "plan", help="map a model onto a Pod (t·p·r, RTS, phases): memory, time, samples/s",
         description="Estimate a mapping of a model onto an IPU system, or (without --mapping) "
         "search every mapping: t·p·r = the system's IPUs, powers of two. Feasible mappings "
-        "first, fastest first; the others with the reason they do not fit.")
+        "first, fastest first; the others with the reason they do not fit. A model the "
+        "simulator runs (cnn) is priced by its cycle model, checked against it; a transformer "
+        "at full scale, its assumptions named.")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help=f"{', '.join(MODELS)}, or a JSON file of transformer dimensions")
     p.add_argument("--system", default="pod16", metavar="SYSTEM",
                    help="pod16, pod64, pod128, pod256, or any system `ipulab info` lists "
                    "(default pod16)")
     p.add_argument("--global-batch", type=int, default=None, metavar="N",
-                   help="samples per optimizer step (default: the model's published one)")
+                   help="samples per optimizer step: micro_batch_size × r × micro_batches "
+                   "(default: the model's published one)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="default: lamb for a transformer, sgd for the CNN")
+                   help="sgd (with momentum for a transformer: one fp32 state a weight; "
+                   "for the cnn nn.Trainer's default, without), adam, adamw (two fp32 "
+                   "moments) or lamb (default: lamb for a transformer, sgd for the cnn)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp16")
     p.add_argument("--mapping", default=None, metavar="K=V,...",
                    help="e.g. 'p=4,layers=3/7/7/7,r=4,state=off-chip' or "
-                   "'t=8x8,r=4,rts,phases=96' (keys: t p layers r rts phases state micro ga)")
+                   "'t=8x8,r=4,rts,phases=96' (keys: t p layers r rts phases state; micro = "
+                   "micro_batch_size, the samples of a micro-batch; ga = micro_batches, the "
+                   "micro-batches of a step)")
     p.add_argument("--json", action="store_true", help="print the estimates as JSON")
     p.add_argument("--report", default=None, metavar="HTML",
                    help="also write an HTML report (bokeh, opens offline)")
     return p
-
-
-def load_model(name: str, models: dict | None = None):
-    """A ModelSpec: a preset, one of `models` (name -> function making a spec) or a JSON
-    file of transformer dimensions."""
-    models = models or {}
-    if name in PRESETS:
-        return PRESETS[name]()
-    if name in models:
-        return models[name]()
-    path = Path(name)
-    if not path.is_file():
-        raise PlanError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}, or give "
-                        "a JSON file of transformer dimensions")
-    try:
-        dims = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise PlanError(f"model file {name}: not JSON ({e})") from None
-    return from_dims({"name": path.stem, **dims} if isinstance(dims, dict) else dims)
 
 
 def plan(args, models: dict | None = None) -> tuple[dict, list]:
@@ -75,6 +66,8 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     system = system_of(args.system)
     optimizer = args.optimizer or ("lamb" if spec.kind == "transformer" else "sgd")
     options = dict(optimizer=optimizer, precision=args.precision)
+    if spec.simulated:            # as nn.Trainer's defaults: SGD without momentum, no recompute
+        options.update(momentum=False, recompute=False)
     if args.global_batch is not None and args.global_batch < 1:
         raise PlanError(f"--global-batch must be at least 1, not {args.global_batch}")
     if args.mapping is not None:
@@ -85,14 +78,16 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     doc = {"model": spec.name, "system": system.name, "parameters": spec.parameters,
            "optimizer": optimizer, "precision": args.precision,
            "sram_bytes_per_ipu": found[0].sram_bytes,
+           "assumptions": list(next((e.assumptions for e in found if e.assumptions), ())),
            "mappings": [e.to_dict() for e in found]}
     return doc, found
 
 
 def table(found) -> str:
     """The estimates as a text table: mapping, fits, peak MiB per IPU, samples/s, reason."""
-    rows = [(e.mapping.label(), "yes" if e.fits else "no",
-             f"{e.peak_bytes_per_ipu / MB:,.0f}" if e.memory else "-",
+    rows = [(describe_run(e.mapping), "yes" if e.fits else "no",
+             f"{e.peak_bytes_per_ipu / MB:,.{2 if e.peak_bytes_per_ipu < 10 * MB else 0}f}"
+             if e.memory else "-",
              f"{e.samples_per_second:,.1f}", e.reason) for e in found]
     head = ("mapping", "fits", "MiB/IPU", "samples/s", "why")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
@@ -117,6 +112,7 @@ def run(args, models: dict | None = None, report=None) -> int:
               f"{doc['optimizer']}, {doc['precision']}: "
               f"{sum(e.fits for e in found)} of {len(found)} mappings fit")
         print(table(found))
+        print("\n".join(f"- {a}" for a in doc["assumptions"]))
     if args.report and report is not None:
         report(doc, args.report)
         if not args.json:

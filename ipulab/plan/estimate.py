@@ -3,10 +3,15 @@
     e = plan.estimate(plan.bert_large(), "pod16",
                       plan.parse_mapping("p=4,layers=3/7/7/7,r=4,state=off-chip",
                                          optimizer="lamb"))
-    e.fits, e.reason, e.peak_bytes_per_ipu, e.samples_per_second, e.memory[1], e.times
+    e.fits, e.reason, e.peak_bytes_per_ipu, e.step_seconds, e.memory[1], e.times
+    plan.estimate(plan.spec_from_model(model, (1, 8, 8)), trainer.device,
+                  plan.mapping_from_config(trainer.config), trainer.global_batch_size)
 
-Memory per IPU by kind comes from memory.py (against the IPU's In-Processor Memory and its
-share of Streaming Memory), step time by part from timing.py; samples/s = global batch / step.
+One model at two scales. A model the simulator runs (read from nn) is priced by the cycle
+model, layer by layer as nn builds its step (step.py): bytes of the fullest IPU as the
+simulator counts them, cycles by part; benchmarks/plan_crosscheck.py holds both within 15 % of
+the simulator. A model too big for it (a transformer preset) is priced at the full scale
+(fullscale.py), with the assumptions that cannot be checked named in `assumptions`.
 """
 from __future__ import annotations
 
@@ -14,17 +19,21 @@ from dataclasses import dataclass
 
 from .. import arch, devices
 from ..errors import PlanError
+from ..target import Target
+from .fullscale import ASSUMPTIONS, full_scale
 from .mapping import Mapping, is_power_of_two
-from .memory import sram_bytes, stage_memory, streaming_bytes_per_ipu
-from .timing import step_times
+from .optim import optimizer_cost
 
 MB = 2**20
+CHECKED = ("the cycle model, checked against the simulator (bytes of the fullest IPU and "
+           "cycles within 15 %: benchmarks/plan_crosscheck.py)")
 
 
 @dataclass(frozen=True)
 class Estimate:
     """What the planner says of one mapping: memory per IPU of every stage by kind, the peak,
-    whether it fits and why, step time by part, samples/s."""
+    whether it fits and why, step time by part, samples/s, and the assumptions the numbers
+    rest on."""
 
     model: str
     system: str
@@ -41,30 +50,38 @@ class Estimate:
     times: dict
     step_seconds: float
     global_batch: int
+    assumptions: tuple = ()
 
     @property
     def samples_per_second(self) -> float:
         return self.global_batch / self.step_seconds if self.step_seconds > 0 else 0.0
 
     def to_dict(self) -> dict:
-        """The JSON record of `ipulab plan --json`."""
+        """The JSON record of `ipulab plan --json` (micro_batch and gradient_accumulation:
+        the old names of micro_batch_size and micro_batches, kept)."""
         m = self.mapping
         return {"tensor_parallel": list(m.tensor_parallel), "pipeline": m.pipeline,
                 "replicas": m.replicas, "rts": m.rts, "phases": m.phases,
                 "optimizer_state": m.optimizer_state,
-                "layers_per_stage": list(m.layers_per_stage or []), "micro_batch": m.micro,
-                "gradient_accumulation": m.ga, "fits": self.fits, "reason": self.reason,
+                "layers_per_stage": list(m.layers_per_stage or []),
+                "micro_batch_size": m.micro_batch_size, "micro_batches": m.micro_batches,
+                "micro_batch": m.micro_batch_size, "gradient_accumulation": m.micro_batches,
+                "fits": self.fits, "reason": self.reason,
                 "samples_per_second": self.samples_per_second,
                 "peak_bytes_per_ipu": int(self.peak_bytes_per_ipu),
                 "step_seconds": self.step_seconds, "times": dict(self.times),
-                "memory_per_ipu": [dict(s["kinds"]) for s in self.memory]}
+                "memory_per_ipu": [dict(s["kinds"]) for s in self.memory],
+                "assumptions": list(self.assumptions)}
 
 
 def system_of(system) -> arch.System:
     """An arch.System from itself or its name: any of devices.SYSTEM_NAMES (what `ipulab info`
-    lists, aliases included) or podN for a power of two N of 16 or more."""
+    lists, aliases included) or podN for a power of two N of 16 or more; or the system of a
+    device or target."""
     if isinstance(system, arch.System):
         return system
+    if isinstance(system, (Target, devices.Device)):
+        return target_of(system).system
     name = devices.ALIASES.get(str(system), str(system))
     if name.startswith("pod") and name[3:].isdigit() and name not in arch.SYSTEMS:
         n = int(name[3:])
@@ -78,6 +95,17 @@ def system_of(system) -> arch.System:
     return arch.SYSTEMS[name]
 
 
+def target_of(system) -> Target:
+    """The Target the planner prices: a device's or a target itself (its tiles per IPU, as
+    the simulator was given them), else a system (or its name) at full size."""
+    if isinstance(system, devices.Device):
+        return system.target
+    if isinstance(system, Target):
+        return system
+    s = system_of(system)
+    return Target(s.chip, s.num_ipus, system=s)
+
+
 def _verdict(memory, peak, sram, stream, capacity) -> tuple[bool, str]:
     s = max(range(len(memory)), key=lambda i: memory[i]["total"])
     if peak > sram:
@@ -89,35 +117,55 @@ def _verdict(memory, peak, sram, stream, capacity) -> tuple[bool, str]:
     if stream > capacity:
         return False, (f"needs {stream / 1e9:,.1f} GB of Streaming Memory per IPU > its "
                        f"{capacity / 1e9:,.1f} GB share")
-    return True, f"fits: {peak / MB:,.0f} of {sram / MB:,.0f} MiB per IPU ({peak / sram:.0%})"
+    digits = 0 if peak >= 100 * MB else 2
+    return True, (f"fits: {peak / MB:,.{digits}f} of {sram / MB:,.0f} MiB per IPU "
+                  f"({peak / sram:.0%})")
 
 
-def _cycle_model_times(spec, system, m) -> dict:
-    """Seconds by part of an nn model's step from the small-scale mode (the cycle model):
-    such a model is too small for FLOPs at a share of peak to say anything. The optimizer
-    keeps a state (memory.py counts SGD's momentum), on or off chip as the mapping says.
-    Imported here: the small-scale mode plans products with poplin (numba), which `ipulab`
-    must not load to start, nor `ipulab plan` for a transformer."""
-    from ..target import Target
-    from .smallscale import small_scale
-    target = Target(system.chip, system.num_ipus, system=system)
-    parts = small_scale(spec, target, m, m.micro * m.ga, momentum=True)["cycle_parts"]
-    return {k: v / system.chip.clock_hz for k, v in parts.items()}
+def _small_scale(spec, target, m) -> tuple[list, dict, tuple]:
+    """(memory of every stage, seconds by part, assumptions) from the cycle model. Imported
+    here: it plans products with poplin (numba), which `ipulab` must not load to start, nor
+    `ipulab plan` for a transformer."""
+    from .step import small_scale
+    found = small_scale(spec, target, m, m.micro_batch_size * m.micro_batches)
+    memory = [{"kinds": kinds, "total": sum(kinds.values()), "streaming": streamed}
+              for kinds, streamed in zip(found["stages"], found["streaming"])]
+    times = {k: v / target.clock_hz for k, v in found["cycle_parts"].items()}
+    notes = (CHECKED,) + (() if optimizer_cost(m.optimizer, m.momentum).simulated else (
+        f"the {m.optimizer} update's maps follow its arithmetic, not yet checked against the "
+        "simulator",))
+    return memory, times, notes
 
 
 def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
-    """The estimate of one mapping of spec on system (an arch.System or its name).
-    PlanError if the mapping breaks a rule (t·p·r, powers of two, GA ≥ 2p − 1, phases)."""
-    system = system_of(system)
-    m = mapping.resolve(spec, system.num_ipus, global_batch)
-    memory = [stage_memory(spec, system, m, s) for s in range(m.pipeline)]
+    """The estimate of one mapping of spec on system: a name, an arch.System, or the device
+    (or target) a simulated run was given. PlanError if the mapping breaks a rule (t·p·r,
+    powers of two, micro-batches ≥ 2p − 1, phases)."""
+    target = target_of(system)
+    m = mapping.resolve(spec, target.num_ipus, global_batch)
+    if spec.simulated:
+        memory, times, notes = _small_scale(spec, target, m)
+    else:
+        (memory, times), notes = full_scale(spec, target, m), ASSUMPTIONS
     peak_stage = max(range(m.pipeline), key=lambda s: memory[s]["total"])
     peak = memory[peak_stage]["total"]
     stream = max(x["streaming"] for x in memory)
-    sram, capacity = sram_bytes(system), streaming_bytes_per_ipu(system)
+    sram, capacity = sram_bytes(target), streaming_bytes_per_ipu(target.system)
     fits, reason = _verdict(memory, peak, sram, stream, capacity)
-    times = step_times(spec, system, m, memory) if spec.kind == "transformer" else \
-        _cycle_model_times(spec, system, m)
-    return Estimate(spec.name, system.name, spec.parameters, m, memory, int(peak), peak_stage,
-                    sram, int(stream), capacity, fits, reason, times, sum(times.values()),
-                    m.micro * m.replicas * m.ga)
+    return Estimate(spec.name, target.system.name, spec.parameters, m, memory, int(peak),
+                    peak_stage, sram, int(stream), capacity, fits, reason, times,
+                    sum(times.values()), m.micro_batch_size * m.replicas * m.micro_batches,
+                    tuple(notes))
+
+
+def sram_bytes(target) -> int:
+    """In-Processor Memory of one IPU: tiles × bytes per tile (940,572,672 B on Mk2/Bow)."""
+    return target.tiles_per_ipu * target.chip.bytes_per_tile
+
+
+def streaming_bytes_per_ipu(system) -> float:
+    """Streaming Memory an IPU may use: its machine's, shared by the machine's IPUs (none
+    on a system without it: remote buffers then live in host memory, unbounded here)."""
+    if not system.streaming_memory_bytes:
+        return float("inf")
+    return system.streaming_memory_bytes / system.num_ipus

@@ -2,12 +2,19 @@
 
     m = plan.parse_mapping("p=4,layers=3/7/7/7,r=4,state=off-chip", optimizer="lamb")
     m = plan.Mapping(tensor_parallel=(8, 8), replicas=4, rts=True, phases=96)
-    m.resolve(spec, system, global_batch)     # layers per stage, micro-batch and GA filled in
+    m = plan.mapping_from_config(trainer.config)     # the mapping of a simulated run
+    m.resolve(spec, num_ipus, global_batch)  # layers per stage and phase, micro-batches filled in
+    plan.describe_run(m)                      # 't 1 · p 4 [3,7,7,7] · r 4 · state off-chip'
 
 IPUs = t × p × r: t IPUs share each layer (tensor sharding, 1-D or 2-D t1 × t2), p pipeline
-stages of consecutive layers, r data-parallel replicas (IPU_FACTS, Large-model mapping). The
-batch algebra is micro-batch × r × gradient accumulation = global batch, and a pipeline of p
-stages needs GA ≥ 2p − 1 (PopTorch's rule). Every rule broken raises PlanError naming it.
+stages of consecutive layers, r data-parallel replicas (IPU_FACTS, Large-model mapping).
+
+Three words for the batch, one meaning each: `micro_batch_size`, the samples of a
+micro-batch; `micro_batches`, the micro-batches of a step on a replica (gradient
+accumulation: GA); `micro_batch`, one micro-batch's index. The batch algebra is
+micro_batch_size × r × micro_batches = global batch, and a pipeline of p stages needs
+micro_batches ≥ 2p − 1 (PopTorch's rule; `--mapping` spells them micro and ga). Every rule
+broken raises PlanError naming it.
 """
 from __future__ import annotations
 
@@ -15,10 +22,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..errors import PlanError
+from ..options import OPTIMIZER_STATES, PRECISIONS
+from .optim import OPTIMIZERS
 
-OPTIMIZERS = ("sgd", "adam", "lamb")
-PRECISIONS = ("fp16", "fp32")
-STATES = ("on-chip", "off-chip")
+EVERY_LAYER = 0       # phases = 0: one phase per layer with weights (nn's execution="phased")
 
 
 def is_power_of_two(n: int) -> bool:
@@ -27,10 +34,14 @@ def is_power_of_two(n: int) -> bool:
 
 @dataclass(frozen=True)
 class Mapping:
-    """t (tensor_parallel, (t1, t2); t2 = 1 for 1-D), p (pipeline) with layers per stage,
-    r (replicas), rts (weights and optimizer state sharded over the replicas), phases (1: not
-    phased), where the optimizer state lives, micro-batch and gradient accumulation (None:
-    from the model's defaults and the global batch), precision, optimizer, recompute."""
+    """t (tensor_parallel, (t1, t2); t2 = 1 for 1-D), p (pipeline) with layers per stage (or
+    stage_starts: the layers where stages 1, 2, ... begin, as nn.TrainConfig.pipeline gives
+    them), r (replicas), rts (weights and optimizer state sharded over the replicas), phases
+    (1: not phased; EVERY_LAYER: one per layer with weights) and their layers, where the
+    optimizer state lives, micro_batch_size and micro_batches (None: from the model's defaults
+    and the global batch), precision, optimizer (momentum: whether SGD keeps a velocity),
+    recompute. strict: the planner's own rule that t, p and r are powers of two filling the
+    system; a simulated run's mapping (mapping_from_config) may leave IPUs idle."""
 
     tensor_parallel: tuple = (1, 1)
     pipeline: int = 1
@@ -39,16 +50,23 @@ class Mapping:
     rts: bool = False
     phases: int = 1
     optimizer_state: str = "on-chip"
-    micro: int | None = None
-    ga: int | None = None
+    micro_batch_size: int | None = None
+    micro_batches: int | None = None
     precision: str = "fp16"
     optimizer: str = "sgd"
     recompute: bool = True
     layers_per_phase: tuple | None = None     # None: ceil(layers / phases) consecutive layers
+    momentum: bool = True
+    stage_starts: tuple | None = None
+    strict: bool = True
 
     @property
     def t(self) -> int:
         return self.tensor_parallel[0] * self.tensor_parallel[1]
+
+    # the old names of micro_batch_size and micro_batches (--mapping's keys micro and ga)
+    micro = property(lambda self: self.micro_batch_size)
+    ga = property(lambda self: self.micro_batches)
 
     @property
     def ipus(self) -> int:
@@ -56,52 +74,60 @@ class Mapping:
 
     @property
     def phased(self) -> bool:
-        return self.phases > 1
+        return self.phases != 1
 
     def replace(self, **changes) -> "Mapping":
         return dataclasses.replace(self, **changes)
 
     def label(self) -> str:
         """Short text: t 8x8 · p 1 · r 4 · rts · phases 96 · state off-chip."""
-        t1, t2 = self.tensor_parallel
-        parts = [f"t {t1}" + (f"x{t2}" if t2 > 1 else ""), f"p {self.pipeline}",
-                 f"r {self.replicas}"]
-        if self.layers_per_stage and self.pipeline > 1:
-            parts[1] += " [" + ",".join(map(str, self.layers_per_stage)) + "]"
-        parts += ["rts"] * self.rts + [f"phases {self.phases}"] * self.phased
-        return " · ".join(parts + [f"state {self.optimizer_state}"])
+        from .runs import describe_run
+        return describe_run(self)
 
     def placement(self) -> list[tuple[int, int, int]]:
         """(replica, stage, shard) of every IPU: replicas outermost, then stages, then shards
-        (a layer's t shards are neighbours on the IPU-Links, as timing.py assumes)."""
+        (a layer's t shards are neighbours on the IPU-Links, as the full scale assumes)."""
         t, p = self.t, self.pipeline
         return [(i // (t * p), i // t % p, i % t) for i in range(self.ipus)]
 
     def check_sizes(self, num_ipus: int) -> None:
-        """PlanError unless every size is a power of two and t·p·r is the system's IPUs."""
+        """PlanError unless every size is a power of two and t·p·r is the system's IPUs (not
+        strict: t·p·r at most the system's IPUs)."""
         named = {"t1": self.tensor_parallel[0], "t2": self.tensor_parallel[1],
                  "p": self.pipeline, "r": self.replicas}
         for name, v in named.items():
-            if not is_power_of_two(v):
+            if self.strict and not is_power_of_two(v):
                 raise PlanError(f"mapping: {name} = {v} is not a power of two (t, p and r are "
                                 "powers of two, as the Pods' sizes)")
-        if self.ipus != num_ipus:
+        if self.ipus != num_ipus and (self.strict or self.ipus > num_ipus):
             raise PlanError(f"mapping: t·p·r = {self.t}·{self.pipeline}·{self.replicas} = "
                             f"{self.ipus} IPUs, but the system has {num_ipus} (t·p·r must "
                             "equal the IPUs)")
 
     def resolve(self, spec, num_ipus: int, global_batch: int | None = None) -> "Mapping":
         """This mapping checked against a model and a system of num_ipus IPUs, with layers per
-        stage, micro-batch and GA decided (phased execution keeps the optimizer state in
-        Streaming Memory with the weights); PlanError naming the first rule broken."""
+        stage (and per phase), micro_batch_size and micro_batches decided (phased execution
+        keeps the optimizer state in Streaming Memory with the weights); PlanError naming the
+        first rule broken."""
         self.check_sizes(num_ipus)
-        _check_model(self, spec)
-        stages = self.layers_per_stage or balanced_stages(spec, self.pipeline)
-        _check_stages(stages, self.pipeline, spec.num_layers)
-        micro, ga = _batch(self, spec, global_batch)
-        state = "off-chip" if self.phased else self.optimizer_state
-        return self.replace(layers_per_stage=tuple(stages), micro=micro, ga=ga,
-                            optimizer_state=state)
+        phases = spec.phase_count() if self.phases == EVERY_LAYER else self.phases
+        m = self.replace(phases=phases)
+        _check_model(m, spec)
+        stages = m.layers_per_stage or _starts_to_counts(m.stage_starts, spec.num_layers) or \
+            spec.balanced_stages(m.pipeline)
+        _check_stages(stages, m.pipeline, spec.num_layers)
+        size, count = _batch(m, spec, global_batch)
+        state = "off-chip" if m.phased else m.optimizer_state
+        per_phase = m.layers_per_phase or (spec.layers_per_phase(phases) if m.phased else None)
+        return m.replace(layers_per_stage=tuple(stages), micro_batch_size=size,
+                         micro_batches=count, optimizer_state=state, layers_per_phase=per_phase)
+
+
+def _starts_to_counts(starts, layers: int) -> tuple | None:
+    if starts is None:
+        return None
+    edges = [0, *starts, layers]
+    return tuple(b - a for a, b in zip(edges, edges[1:]))
 
 
 def _check_model(m: Mapping, spec) -> None:
@@ -130,62 +156,42 @@ def _check_stages(stages, p: int, layers: int) -> None:
 
 
 def _batch(m: Mapping, spec, global_batch: int | None) -> tuple[int, int]:
-    """(micro-batch, GA) with micro × r × GA = global and GA ≥ 2p − 1 for a pipeline."""
-    micro = m.micro or spec.micro
-    if m.ga is not None:
-        ga = m.ga
-        if global_batch is not None and micro * m.replicas * ga != global_batch:
-            raise PlanError(f"mapping: micro {micro} × r {m.replicas} × GA {ga} = "
-                            f"{micro * m.replicas * ga}, not the global batch {global_batch} "
-                            "(micro × r × GA = global)")
+    """(micro_batch_size, micro_batches) with size × r × micro-batches = global, and
+    micro-batches ≥ 2p − 1 for a pipeline (the rules in --mapping's keys: micro × r × GA)."""
+    size = m.micro_batch_size or spec.micro_batch_size
+    if m.micro_batches is not None:
+        count = m.micro_batches
+        if global_batch is not None and size * m.replicas * count != global_batch:
+            raise PlanError(f"mapping: micro-batches of {size} × r {m.replicas} × {count} "
+                            f"micro-batches = {size * m.replicas * count}, not the global "
+                            f"batch {global_batch} (micro × r × GA = global)")
     else:
         total = global_batch or spec.global_batch
-        if total % (micro * m.replicas):
+        if total % (size * m.replicas):
             raise PlanError(f"mapping: the global batch {total} does not split into micro-"
-                            f"batches of {micro} on {m.replicas} replicas (micro × r × GA = "
+                            f"batches of {size} on {m.replicas} replicas (micro × r × GA = "
                             "global)")
-        ga = max(1, total // (micro * m.replicas))
-    if m.pipeline > 1 and ga < 2 * m.pipeline - 1:
-        raise PlanError(f"mapping: gradient accumulation {ga} is below 2p − 1 = "
+        count = max(1, total // (size * m.replicas))
+    if spec.simulated and m.pipeline == 1 and count > 1:     # nn accumulates only in a
+        size, count = size * count, 1                           # pipeline: one micro-batch
+    if m.pipeline > 1 and count < 2 * m.pipeline - 1 and m.strict:
+        raise PlanError(f"mapping: {count} micro-batches per step is below 2p − 1 = "
                         f"{2 * m.pipeline - 1} for p = {m.pipeline} stages (the pipeline rule "
                         "GA ≥ 2p − 1)")
-    return micro, ga
+    return size, count
 
 
 def balanced_stages(spec, p: int) -> list[int]:
-    """Layers per stage for p stages: the contiguous split that makes the largest stage
-    smallest (parameters for a transformer, whose memory is its weights; FLOPs for an nn
-    model), the extra block counted on stage 0; later stages filled first."""
-    if p == 1:
-        return [spec.num_layers]
-    key = (lambda b: b.params) if spec.kind == "transformer" else (lambda b: b.flops)
-    w = [key(b) for b in spec.blocks]
-    head = key(spec.extra) if spec.extra else 0
-    sums = sorted({sum(w[i:j]) for i in range(len(w)) for j in range(i + 1, len(w) + 1)}
-                  | {head + sum(w[:j]) for j in range(1, len(w) + 1)})
-    for cap in sums:
-        stages = _fill_from_back(w, head, p, cap)
-        if stages:
-            return stages
-    return _fill_from_back(w, head, p, float("inf"))
+    """Layers per stage for p stages, as the model's kind balances them (ModelSpec)."""
+    return list(spec.balanced_stages(p))
 
 
-def _fill_from_back(w: list, head: float, p: int, cap: float) -> list[int] | None:
-    counts, end = [], len(w)
-    for stage in range(p - 1, 0, -1):
-        n = 1
-        while end - n > stage and sum(w[end - n - 1:end]) <= cap:
-            n += 1
-        if sum(w[end - n:end]) > cap:
-            return None
-        counts.append(n)
-        end -= n
-    if head + sum(w[:end]) > cap or end < 1:
-        return None
-    return [end] + counts[::-1]
-
-
-_KEYS = ("t", "p", "layers", "r", "rts", "phases", "state", "micro", "ga")
+_KEYS = ("t", "p", "layers", "r", "rts", "phases", "state", "micro", "ga",
+         "micro_batch_size", "micro_batches")
+# keys and their Mapping fields (micro and ga: the short names of micro_batch_size and
+# micro_batches)
+_FIELDS = {"p": "pipeline", "r": "replicas", "micro": "micro_batch_size",
+           "ga": "micro_batches"}
 
 
 def _int_value(key: str, v: str) -> int:
@@ -215,18 +221,18 @@ def _apply(fields: dict, key: str, v: str | None) -> None:
     elif key == "layers":
         fields["layers_per_stage"] = tuple(_int_value("layers", s) for s in v.split("/"))
     elif key == "state":
-        if v not in STATES:
+        if v not in OPTIMIZER_STATES:
             raise PlanError(f"mapping: state is on-chip or off-chip, not {v!r}")
         fields["optimizer_state"] = v
     else:
-        name = {"p": "pipeline", "r": "replicas"}.get(key, key)
-        fields[name] = _int_value(key, v)
+        fields[_FIELDS.get(key, key)] = _int_value(key, v)
 
 
 def parse_mapping(text: str, **defaults) -> Mapping:
     """A Mapping from `ipulab plan --mapping`'s text: comma-separated key=value with keys
     t (8 or 8x8), p, layers (3/7/7/7), r, rts (alone, or rts=on/off), phases, state
-    (on-chip/off-chip), micro, ga. defaults: other Mapping fields (optimizer, precision)."""
+    (on-chip/off-chip), micro (= micro_batch_size), ga (= micro_batches). defaults: other
+    Mapping fields (optimizer, precision)."""
     fields = dict(defaults)
     for item in filter(None, (s.strip() for s in str(text).split(","))):
         key, _, value = item.partition("=")
@@ -240,10 +246,14 @@ def parse_mapping(text: str, **defaults) -> Mapping:
 
 
 def make_mapping(**fields) -> Mapping:
-    """A Mapping with its option values checked (optimizer, precision, state)."""
+    """A Mapping with its option values checked (optimizer, precision, state); micro and ga
+    are taken for micro_batch_size and micro_batches."""
+    for old, field in (("micro", "micro_batch_size"), ("ga", "micro_batches")):
+        if old in fields:
+            fields[field] = fields.pop(old)
     m = Mapping(**fields)
     for name, allowed in (("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
-                          ("optimizer_state", STATES)):
+                          ("optimizer_state", OPTIMIZER_STATES)):
         if getattr(m, name) not in allowed:
             raise PlanError(f"mapping: {name} must be one of {', '.join(allowed)}, not "
                             f"{getattr(m, name)!r}")

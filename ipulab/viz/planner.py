@@ -63,12 +63,15 @@ def mapping_table(records: list[dict], limit: int = 40) -> Div:
 
 
 def planner_report(doc: dict) -> column:
-    """The page of `ipulab plan --report`: the best mapping's memory and time figures, then
-    the table of every mapping (doc: the planner's JSON document)."""
+    """The page of `ipulab plan --report`: what the numbers rest on (the planner's named
+    assumptions), the best mapping's memory and time figures, then the table of every
+    mapping (doc: the planner's JSON document)."""
     best = doc["mappings"][0]
+    notes = "".join(f"<li>{escape(a)}</li>" for a in doc.get("assumptions", ()))
     head = Div(text=f"<h2>ipulab plan: {escape(doc['model'])} on {escape(doc['system'])}</h2>"
                f"<p>{doc['parameters']:,} parameters; first mapping: "
-               f"{'fits' if best['fits'] else 'does not fit'} ({escape(best['reason'])})</p>")
+               f"{'fits' if best['fits'] else 'does not fit'} ({escape(best['reason'])})</p>"
+               + (f"<p>The numbers rest on:</p><ul>{notes}</ul>" if notes else ""))
     parts = [head]
     if best.get("memory_per_ipu"):
         parts.append(memory_bars(best["memory_per_ipu"], doc["sram_bytes_per_ipu"]))

@@ -4,8 +4,10 @@
 
 Controls: t (1-D or 2-D), p, rts, phases and where the optimizer state lives; r follows, as
 the system's IPUs / (t · p). It shows whether the mapping fits and why, the memory of an IPU of
-every stage by kind against the In-Processor Memory line, the step time by part, and (when
-given) the planner-vs-simulator cross-check table.
+every stage by kind against the In-Processor Memory line, the step time by part, what the
+numbers rest on (the cycle model checked against the simulator, or the full scale's named
+assumptions), and (when given) the planner-vs-simulator cross-check table
+(plan.crosscheck_row of trainers that ran).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import html
 
 import ipywidgets as W
 
-from .. import nn, plan
+from .. import plan
 from ..errors import PlanError
 from ..plan.search import shard_shapes
 from ..viz.planner import memory_bars, time_breakdown
@@ -25,52 +27,6 @@ def _shards(num_ipus: int) -> list[str]:
     powers = [1 << k for k in range(num_ipus.bit_length()) if num_ipus % (1 << k) == 0]
     return [f"{t1}x{t2}" if t2 > 1 else str(t1) for t in powers
             for t1, t2 in shard_shapes(t)]
-
-
-def mapping_of(config, model, sample_shape) -> plan.Mapping:
-    """The planner's mapping of an nn.TrainConfig: its stages (the config's cuts), t, r,
-    micro-batches of batch / M samples, precision and recompute."""
-    cuts = config.cuts(model, sample_shape) or []
-    bounds = [0, *cuts, len(model)]
-    stages = tuple(b - a for a, b in zip(bounds, bounds[1:]))
-    micro = config.micro if config.pipeline is not None else 1
-    phases = config.phase_spans(model) or [(0, len(model))]
-    return plan.make_mapping(tensor_parallel=(config.tensor_parallel, 1),
-                             pipeline=len(stages), replicas=config.replicas,
-                             layers_per_stage=stages, micro=config.batch_size // micro,
-                             ga=micro, precision=config.precision, recompute=config.recompute,
-                             rts=config.rts, optimizer_state=config.optimizer_state,
-                             phases=len(phases), layers_per_phase=tuple(
-                                 hi - lo for lo, hi in phases))
-
-
-def crosscheck_row(trainer: nn.Trainer, name: str = "model") -> dict:
-    """The planner's small-scale prediction of a trainer's step against its profile (the
-    trainer has run a step): cycles, and bytes of the fullest IPU, with the errors."""
-    profile = trainer.profile()
-    per_ipu = profile.memory_total.reshape(profile.num_ipus, -1).sum(axis=1)
-    spec = plan.spec_from_model(trainer.model, trainer.input_shape, name)
-    guess = plan.small_scale(spec, trainer.device.target,
-                             mapping_of(trainer.config, trainer.model, trainer.input_shape),
-                             trainer.batch_size, momentum=trainer.config.momentum > 0)
-    sim_cycles, sim_bytes = int(profile.total_cycles), int(per_ipu.max())
-    return {"model": name, "mapping": plan_label(trainer.config),
-            "plan_cycles": guess["cycles"], "sim_cycles": sim_cycles,
-            "cycles_error": guess["cycles"] / sim_cycles - 1,
-            "plan_bytes": guess["bytes_per_ipu"], "sim_bytes": sim_bytes,
-            "bytes_error": guess["bytes_per_ipu"] / sim_bytes - 1}
-
-
-def plan_label(config) -> str:
-    """t · p · r of a config, its micro-batches and what else differs from a plain step."""
-    parts = [f"t {config.tensor_parallel} · p {config.num_stages} · r {config.replicas}",
-             f"b {config.batch_size}"]
-    parts += [f"M {config.micro}"] * (config.pipeline is not None)
-    parts += ["recompute"] * config.recompute + [config.precision] * (config.precision != "fp32")
-    parts += [f"momentum {config.momentum:g}"] * (config.momentum > 0) + ["rts"] * config.rts
-    parts += ["state off-chip"] * (config.optimizer_state == "off-chip")
-    parts += [f"phases {config.phases}"] * config.phased
-    return ", ".join(parts)
 
 
 def crosscheck_table(rows: list[dict]) -> str:
@@ -87,17 +43,19 @@ def crosscheck_table(rows: list[dict]) -> str:
 
 
 class PlannerWidget(W.VBox):
-    """Controls for a mapping of `spec` on `system`, and the planner's answer for it.
-    options: Mapping fields for every mapping (optimizer, precision, micro, ...);
-    crosscheck: rows of benchmarks/plan_crosscheck (or plan.crosscheck), shown as a table."""
+    """Controls for a mapping of `spec` on `system` (a name, or the device a simulated run
+    was given), and the planner's answer for it. options: Mapping fields for every mapping
+    (optimizer, precision, micro_batch_size, ...);
+    crosscheck: rows of plan.crosscheck_row (benchmarks/plan_crosscheck), shown as a table."""
 
     def __init__(self, spec, system, global_batch: int | None = None,
                  crosscheck: list | None = None, **options):
-        self.spec, self.system = spec, plan.system_of(system)
+        self.spec, self.target = spec, plan.target_of(system)
         self.global_batch, self.options = global_batch, options
-        n = self.system.num_ipus
+        n = self.target.num_ipus
         powers = [str(1 << k) for k in range(n.bit_length()) if n % (1 << k) == 0]
-        self.t = W.Dropdown(options=_shards(n), value="1", description="t")
+        shards = [x for x in _shards(n) if "x" not in x] if spec.simulated else _shards(n)
+        self.t = W.Dropdown(options=shards, value="1", description="t")
         self.p = W.Dropdown(options=[x for x in powers if int(x) <= spec.num_layers],
                             value="1", description="p")
         self.rts = W.Checkbox(value=False, description="RTS")
@@ -121,7 +79,7 @@ class PlannerWidget(W.VBox):
         """The mapping the controls describe (r = IPUs / (t · p))."""
         t1, _, t2 = self.t.value.partition("x")
         shards = (int(t1), int(t2 or 1))
-        rest = self.system.num_ipus // (shards[0] * shards[1] * int(self.p.value))
+        rest = self.target.num_ipus // (shards[0] * shards[1] * int(self.p.value))
         return plan.make_mapping(tensor_parallel=shards, pipeline=int(self.p.value),
                                  replicas=max(rest, 1), rts=self.rts.value,
                                  phases=self.phases.value, optimizer_state=self.state.value,
@@ -130,7 +88,7 @@ class PlannerWidget(W.VBox):
     def update(self) -> None:
         """Estimate the mapping of the controls and redraw."""
         try:
-            e = plan.estimate(self.spec, self.system, self.mapping(), self.global_batch)
+            e = plan.estimate(self.spec, self.target, self.mapping(), self.global_batch)
         except PlanError as err:
             self.estimate = None
             self.status.value = f"<b style='color:#d62728'>cannot be:</b> {html.escape(str(err))}"
@@ -138,9 +96,11 @@ class PlannerWidget(W.VBox):
             return
         self.estimate = e
         colour = "#2ca02c" if e.fits else "#d62728"
+        notes = "".join(f"<li>{html.escape(a)}</li>" for a in e.assumptions)
         self.status.value = (f"<b style='color:{colour}'>{'fits' if e.fits else 'does not fit'}"
-                             f"</b> — {html.escape(e.mapping.label())}: {html.escape(e.reason)}; "
-                             f"{e.samples_per_second:,.1f} samples/s")
+                             f"</b> — {html.escape(plan.describe_run(e.mapping))}: "
+                             f"{html.escape(e.reason)}; {e.samples_per_second:,.1f} samples/s"
+                             f"<ul style='font-size:12px;margin:2px 0'>{notes}</ul>")
         self.figures.children = (
             bokeh_pane(memory_bars([s["kinds"] for s in e.memory], e.sram_bytes)),
             bokeh_pane(time_breakdown(e.times)))

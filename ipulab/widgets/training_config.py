@@ -15,8 +15,8 @@ from __future__ import annotations
 import ipywidgets as W
 
 from ..nn import PRECISIONS, Trainer
+from ..plan import describe_run
 from ..viz import fmt_bytes
-from ..viz.base import plural
 from ..viz.explain import PARTS, explain, step_breakdown
 from ._common import esc, fmt_int, table
 
@@ -27,13 +27,14 @@ COLUMNS = {"compute": "compute", "exchange": "exchange", "inter_ipu_exchange": "
 
 
 def describe(config) -> str:
-    """'4 replicas x batch 16, fp32': what the table and the status line call a config."""
-    return f"{plural(config.replicas, 'replica')} x batch {config.batch_size}, {config.precision}"
+    """'4 replicas x batch 16, fp32': what the table and the status line call a config (the
+    planner's words for a run, plan.describe_run)."""
+    return describe_run(config, "words")
 
 
 def label(config) -> str:
     """Short, for the marker on the history plots: '4×16 fp16'."""
-    return f"{config.replicas}×{config.batch_size} {config.precision}"
+    return describe_run(config, "marker")
 
 
 class ConfigControls(W.HBox):

@@ -1,0 +1,482 @@
+"""Cost classes: what one layer of a model costs, one class per layer kind, at both scales.
+
+Every class carries the counts the full scale reads (Calculon's elements, not bytes: the
+datatype comes later), per sample:
+
+  params, largest   its weights, and its largest weight tensor (what RTS gathers at once)
+  flops             forward FLOPs of the matrix engine (backward: twice that)
+  keep              activation elements kept for the backward pass when recomputing (its
+                    input), live: those alive while its backward runs, reduce: those a
+                    tensor-sharded layer all-reduces between its shards (per pass)
+
+and the layers the simulator runs (Layer and its kinds) also say what nn builds for them, op by
+op, into a tiles.Ipu (the small scale): forward(ipu, run, x) and backward(ipu, run, dy) take
+and give where the tensor flowing through lies (a tiles.Layout). `run` is the pass (step.Pass):
+the micro-batch's samples and index, training or evaluation, and what the mapping asks.
+
+Block is a block given by its counts alone (a transformer layer at full scale, or a stack of
+them for an exercise); CrossEntropyLoss is the loss the Trainer adds after the last layer;
+layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by nn's layer
+classes (a new layer kind is a new cost class and a line there).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+from math import ceil
+from typing import ClassVar
+
+from ..errors import PlanError
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block by its counts per sample: parameters, its largest weight tensor, forward
+    FLOPs, activation elements kept (recompute), live (backward) and all-reduced (tensor
+    sharding, per pass). The full scale reads these; it has no cycle model."""
+
+    name: str
+    params: int
+    largest: int
+    flops: float
+    keep: int
+    live: int
+    reduce: int = 0
+    simulated: ClassVar[bool] = False     # whether it has a cycle model (runs on the simulator)
+
+
+@dataclass(frozen=True)
+class Layer(Block):
+    """A layer the simulator runs: its counts, its index in the model, its weight tensors'
+    sizes (state_dict order; each is laid out on its own) and nn's work measure (what
+    pipeline=p balances: nn.pipeline.layer_work)."""
+
+    index: int = 0
+    tensors: tuple = ()
+    work: int = 0
+    simulated: ClassVar[bool] = True
+    cut_before: ClassVar[bool] = True      # a pipeline stage (or phase) may begin here
+
+    def key(self, what: str) -> str:
+        return f"{self.index}.{type(self).__name__}/{what}"
+
+    def forward(self, ipu, run, x):
+        """The ops of its forward on one micro-batch; where its output lies."""
+        ipu.hold(("act", run.micro_batch, self.index), 0)
+        return x
+
+    @staticmethod
+    def summed(ipu, dy) -> int:
+        """Bytes of the gradient reaching it from the stage's t IPUs, where the shards' sum
+        of a sharded layer after it left them (0 without tensor sharding)."""
+        return dy.elements * ipu.mc.t * ipu.mc.E if dy is not None and ipu.mc.t > 1 else 0
+
+    def replaced(self, ipu, run, dx):
+        """Its input's gradient (laid out as dx) is written, then its output's and its
+        output are freed."""
+        mb, i = run.micro_batch, self.index
+        ipu.hold(("grad", mb, i - 1), dx.elements * ipu.mc.E)
+        ipu.free(("grad", mb, i))
+        ipu.free(("act", mb, i))
+        return dx
+
+    def backward(self, ipu, run, dy):
+        """The ops of its backward on one micro-batch (the gradient passes through)."""
+        ipu.move(("grad", run.micro_batch, self.index), ("grad", run.micro_batch,
+                                                           self.index - 1))
+        ipu.free(("act", run.micro_batch, self.index))
+        return dy
+
+
+class View(Layer):
+    """Flatten: a view of its input, nothing moves."""
+
+
+class FoldedReLU(Layer):
+    """A ReLU right after a Conv2d or Linear: folded into their map (nn/build.py), no op."""
+
+    cut_before: ClassVar[bool] = False
+
+
+class Map(Layer):
+    """An element-wise layer on its own: a map each way (popops' map codelets: a load per
+    input, a store and each operation an element), its gradient laid out like its input."""
+
+    op: ClassVar[str] = ""
+    cost: ClassVar[dict] = {}         # pass -> (cycles an element, vector fields)
+    train_only: ClassVar[bool] = False
+
+    def forward(self, ipu, run, x):
+        if run.train or not self.train_only:
+            ipu.map(self.key(self.op), x, *self.cost["forward"], codelet=self.op)
+        ipu.hold(("act", run.micro_batch, self.index), x.elements * ipu.mc.E)
+        return x
+
+    def backward(self, ipu, run, dy):
+        x = run.inputs[self.index]
+        ipu.map(self.key(f"{self.op}_grad"), x, *self.cost["backward"],
+                codelet=f"{self.op}_grad", crossing=self.summed(ipu, dy))
+        return self.replaced(ipu, run, x)
+
+
+class ReLU(Map):
+    """nn.ReLU not after a product: max(x, 0); its gradient selects on its output."""
+
+    op, cost = "relu", {"forward": (3, 2), "backward": (5, 3)}
+
+
+class Dropout(Map):
+    """nn.Dropout: the mask drawn and applied in training (an evaluation passes x through,
+    so nn builds it a forward of its own); its gradient masked."""
+
+    op, cost, train_only = "dropout", {"forward": (6, 3), "backward": (5, 3)}, True
+
+
+@dataclass(frozen=True)
+class Pool(Layer):
+    """Pooling (popnn.pooling): rows pooled where their input rows are, a vertex per worker's
+    rows and tile, both ways."""
+
+    geometry: tuple = ()        # (c, h, w, ho, wo, kh, kw, sh, sw, ph, pw)
+    op: ClassVar[str] = ""
+
+    def codelet(self, backward: bool):
+        """popnn's codelet of its forward or backward vertices."""
+        raise NotImplementedError
+
+    def window(self) -> list:
+        """Its geometry as the codelets read it (a constant on every tile it runs on)."""
+        from ..popnn.pooling import Window
+        c, h, w, ho, wo, kh, kw, sh, sw, ph, pw = self.geometry
+        return Window(1, c, h, w, kh, kw, sh, sw, ph, pw).geometry(self.op)
+
+    def run_ints(self, backward: bool) -> int:
+        """INTs of a vertex's runs constant: the first rows of its regions."""
+        return 2
+
+    def vertex_cycles(self, backward: bool, rows: int) -> int:
+        """The codelet's estimate (of its fields' sizes) for a vertex of `rows` rows (pooled
+        rows forward, input rows backward)."""
+        c, h, w, ho, wo = self.geometry[:5]
+        geo, runs = len(self.window()), self.run_ints(backward)
+        if backward:
+            pooled = ceil(rows * ho / h)
+            return self.codelet(True).cycle_estimate(geo, runs, grad=(pooled * wo,),
+                                                     out=(rows * w,))
+        return self.codelet(False).cycle_estimate(geo, runs, out=(rows * wo,))
+
+    def forward(self, ipu, run, x):
+        c, h, w, ho, wo = self.geometry[:5]
+        out = x.holding(x.elements * ho * wo // (h * w))
+        ipu.pool(self.key(f"{self.op}_pool"), out, out.elements // wo, False, self)
+        ipu.hold(("act", run.micro_batch, self.index), out.elements * ipu.mc.E)
+        return out
+
+    def backward(self, ipu, run, dy):
+        w = self.geometry[2]
+        dx = run.inputs[self.index]       # rows laid out like the forward's input
+        ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self,
+                 self.summed(ipu, dy))
+        return self.replaced(ipu, run, dx)
+
+
+class MaxPool2d(Pool):
+    """nn.MaxPool2d: its gradient to each window's first maximum (the input and the pooled
+    output read again; a third INT a run)."""
+
+    op = "max"
+
+    def codelet(self, backward: bool):
+        from ..popnn import poolcodelets as pc
+        return pc.MaxPoolGrad if backward else pc.MaxPool
+
+    def run_ints(self, backward: bool) -> int:
+        return 3 if backward else 2
+
+
+class AvgPool2d(Pool):
+    """nn.AvgPool2d: its gradient spread over each window."""
+
+    op = "avg"
+
+    def codelet(self, backward: bool):
+        from ..popnn import poolcodelets as pc
+        return pc.AvgPoolGrad if backward else pc.AvgPool
+
+
+@dataclass(frozen=True)
+class Product(Layer):
+    """A Conv2d or Linear: one product each way and one for the input gradient, the bias
+    folded in (a row of ones), a ReLU right after it folded into its map; under tensor
+    sharding 1/t of its output channels on each of the stage's t IPUs."""
+
+    relu: bool = False
+
+    def dims(self, run) -> tuple:
+        """(outputs on this IPU, fan-in with the bias, positions) of its forward product."""
+        raise NotImplementedError
+
+    def forward(self, ipu, run, x):
+        mc, mb, i = ipu.mc, run.micro_batch, self.index
+        if mc.t > 1:                      # the whole input copied to every shard's IPU
+            ipu.link(self.key("input_to_the_shards"), run.n * self.keep * mc.E)
+            ipu.control(mc.linear(run.n * self.keep, span=1).tiles)
+            ipu.hold(("input", mb, i), run.n * self.keep * mc.E)
+        self.constants(ipu, run)
+        pre = self.output(mc, run).elements * mc.E
+        ipu.transient(max(ipu.partials(*self.forward_product(run)) + pre, 2 * pre))
+        out = ipu.product(self.key("forward"), *self.forward_product(run), window=self.window,
+                          local=True)
+        if self.relu:
+            ipu.map(self.key("relu"), out, *ReLU.cost["forward"], codelet="relu")
+        ipu.hold(("act", mb, i), pre)
+        if run.rts and i == run.first_weighted:
+            ipu.free(("weight", i))       # the first layer's weights: read only here
+        return out
+
+    def backward(self, ipu, run, dy):
+        mc, mb, i = ipu.mc, run.micro_batch, self.index
+        oc, fan, p = self.dims(run)
+        out = self.output(mc, run)
+        if self.relu:
+            ipu.map(self.key("relu_grad"), out, *ReLU.cost["backward"], codelet="relu_grad")
+        if mc.t > 1:                      # this shard's slice of the output gradient
+            ipu.link(self.key("output_grad_to_the_shards"), oc * p * mc.E)
+            ipu.control(mc.linear(oc * p, span=1).tiles)
+        ipu.hold(("dy", mb, i), out.elements * mc.E)
+        ipu.free(("grad", mb, i))
+        ipu.transient(ipu.partials(*self.weight_product(run)))
+        ipu.product(self.key("weight_grad"), *self.weight_product(run), window=self.window)
+        ipu.hold(("wgrad", mb, i), self.gradient(mc, run).elements * mc.E, "gradients")
+        if run.pipelined:                 # added into the step's accumulators, one a tensor,
+            ipu.free(("wgrad", mb, i))    # mapped over the stage's t IPUs (not by shard)
+            for n in self.tensors:
+                ipu.map(self.key("accumulate"), mc.staged(n), 4, remote=mc.E,
+                        codelet="accumulate", crossing=n * mc.E)
+        dx = None
+        if i > run.first_weighted:
+            dx = self.input_gradient(ipu, run)
+        if run.rts:
+            ipu.free(("weight", i))
+        for key in ("dy", "input", "act"):
+            ipu.free((key, mb, i))
+        return dx
+
+    def input_gradient(self, ipu, run):
+        """The input-gradient product (and the shards' sum); held as the gradient flowing
+        into the layer before."""
+        mc, mb, i = ipu.mc, run.micro_batch, self.index
+        m, k, n = self.input_product(run)
+        dx = run.n * self.keep
+        ipu.transient(ipu.partials(m, k, n) + self.flipped(ipu) + dx * mc.E)
+        lay = ipu.product(self.key("input_grad"), m, k, n, window=self.window)
+        if mc.t > 1:
+            ipu.shard_sum(self.key("input_grad/sum"), dx, lay.tiles)
+            lay = mc.staged(dx)
+        ipu.hold(("grad", mb, i - 1), mc.staged(dx).elements * mc.E)
+        return lay
+
+    window = 1
+
+    def output(self, mc, run):
+        """Where its output lies: on the forward product's tiles."""
+        oc, fan, p = self.dims(run)
+        return mc.placed(mc.plan(*self.forward_product(run)).tiles_used, oc * p)
+
+    def gradient(self, mc, run):
+        """Where its weight gradient lies: on the weight-gradient product's tiles."""
+        oc, fan, _ = self.dims(run)
+        return mc.placed(mc.plan(*self.weight_product(run)).tiles_used, oc * fan)
+
+    def constants(self, ipu, run) -> None:
+        """The forward's constants (the row of ones the bias multiplies, padding)."""
+
+    def flipped(self, ipu) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class Linear(Product):
+    """nn.Linear: (n, in + 1) x (in + 1, out / t) forward."""
+
+    features: tuple = ()        # (in, out, bias)
+
+    def dims(self, run):
+        fin, o, bias = self.features
+        return ceil(o / run.t), fin + bias, run.n
+
+    def forward_product(self, run):
+        oc, fan, n = self.dims(run)
+        return n, fan, oc
+
+    def weight_product(self, run):
+        oc, fan, n = self.dims(run)
+        return oc, n, fan
+
+    def input_product(self, run):
+        oc, fan, n = self.dims(run)
+        return n, oc, self.features[0]
+
+    def constants(self, ipu, run):
+        ipu.constant(self.features[2] * run.n, ipu.mc.E, ("ones", run.n))
+
+
+@dataclass(frozen=True)
+class Conv2d(Product):
+    """nn.Conv2d as poplin lowers it: (out / t, c·kh·kw + 1) x (c·kh·kw + 1, n·ho·wo) over
+    a patches view of the padded input; its input gradient a convolution of the output
+    gradient with the flipped weights."""
+
+    geometry: tuple = ()        # (c, h, w, o, ho, wo, kh, kw, ph, pw, bias)
+
+    @property
+    def window(self) -> int:
+        return self.geometry[6] * self.geometry[7]
+
+    def dims(self, run):
+        c, h, w, o, ho, wo, kh, kw, ph, pw, bias = self.geometry
+        return ceil(o / run.t), c * kh * kw + bias, run.n * ho * wo
+
+    def forward_product(self, run):
+        return self.dims(run)
+
+    def weight_product(self, run):
+        oc, fan, p = self.dims(run)
+        return oc, p, fan
+
+    def input_product(self, run):
+        c, h, w, o, ho, wo, kh, kw = self.geometry[:8]
+        return c, ceil(o / run.t) * kh * kw, run.n * h * w
+
+    def constants(self, ipu, run):
+        c, h, w, o, ho, wo, kh, kw, ph, pw, bias = self.geometry
+        n, E = run.n, ipu.mc.E
+        ipu.constant(n * c * ph * w, E, ("pad", n, c, ph, w))
+        ipu.constant(n * c * (h + 2 * ph) * pw, E, ("pad", n, c, h + 2 * ph, pw))
+        ipu.constant(bias * n * ho * wo, E, ("ones", n * ho * wo))
+
+    def input_gradient(self, ipu, run):
+        c, h, w, o, ho, wo, kh, kw, ph, pw, bias = self.geometry
+        n, E, oc = run.n, ipu.mc.E, ceil(o / run.t)
+        kp, kq = kh - 1 - ph, kw - 1 - pw
+        ipu.constant(n * oc * kp * wo, E, ("pad", n, oc, kp, wo))
+        ipu.constant(n * oc * (ho + 2 * kp) * kq, E, ("pad", n, oc, ho + 2 * kp, kq))
+        flipped = ipu.mc.linear(ceil(self.params / run.t), 4)
+        ipu.copy(self.key("flipped_weights"), flipped, ipu.mc.E)
+        return super().input_gradient(ipu, run)
+
+    def flipped(self, ipu) -> int:
+        return self.params // ipu.mc.t * ipu.mc.E
+
+
+@dataclass(frozen=True)
+class CrossEntropyLoss(Block):
+    """The loss the Trainer puts after the last layer (popnn.calc_loss): softmax
+    cross-entropy of `classes` logits a sample, its gradient, the sums of the loss and of the
+    correct answers, their mean."""
+
+    classes: int = 0
+    simulated: ClassVar[bool] = True
+
+    @classmethod
+    def of(cls, classes: int) -> "CrossEntropyLoss":
+        return cls("loss", 0, 0, 0.0, classes, 2 * classes, 0, classes)
+
+    def forward(self, ipu, run, logits, key=None):
+        """Its ops on a micro-batch's logits (laid out as the last layer left them); the
+        gradient of the logits is held as key (in training)."""
+        ipu.softmax_cross_entropy("eval/loss" if key is None else "loss", run.n, self.classes,
+                                  logits)
+        if key is None:
+            ipu.arg_max(run.n)
+        else:
+            ipu.hold(key, logits.elements * ipu.mc.E)
+
+
+def _conv(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Conv2d:
+    c, h, w = shape
+    o, ho, wo = out
+    (kh, kw_), (ph, pw) = layer.kernel_size, layer.padding
+    bias = int(bool(layer.bias))
+    fan, n_in, n_out = c * kh * kw_ + bias, c * h * w, o * ho * wo
+    return Conv2d(f"{i}.Conv2d", o * fan, o * fan, 2.0 * fan * n_out, n_in,
+                  n_in + fan * ho * wo + n_out, n_out, i, (o * (fan - bias),) + (o,) * bias,
+                  work, geometry=(c, h, w, o, ho, wo, kh, kw_, ph, pw, bias))
+
+
+def linear_cost(name: str, fin: int, fout: int, tokens: int = 1, bias: bool = True,
+                folded: bool = False, index: int = 0, work: int = 0) -> Linear:
+    """A Linear of fin -> fout features applied to `tokens` vectors per sample; folded: its
+    bias is a column of the product (nn's bias trick), so the matrix engine computes it too."""
+    fan = fin + bias
+    return Linear(name, fout * fan, fout * fan, 2.0 * (fin + (folded and bias)) * fout * tokens,
+                  tokens * fin, tokens * (fin + fout), tokens * fout, index,
+                  (fout * fin,) + (fout,) * bias, work, features=(fin, fout, int(bias)))
+
+
+def _linear(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Linear:
+    return linear_cost(f"{i}.Linear", layer.in_features, layer.out_features,
+                       math.prod(shape[:-1]), bool(layer.bias), True, i, work)
+
+
+def _pool(cls, layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool:
+    (kh, kw_), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
+    n_in, n_out = math.prod(shape), math.prod(out)
+    return cls(f"{i}.{cls.__name__}", 0, 0, float(n_out * kh * kw_), n_in, n_in + n_out, 0, i,
+               (), work, geometry=(shape[0], shape[1], shape[2], out[1], out[2], kh, kw_, sh, sw,
+                                   ph, pw))
+
+
+def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False):
+    n = math.prod(shape)
+    cls = FoldedReLU if folded else ReLU
+    return cls(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
+
+
+def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Dropout:
+    n = math.prod(shape)
+    return Dropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work)
+
+
+def _view(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> View:
+    return View(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
+
+
+def kinds() -> dict:
+    """nn's layer classes -> the function making their cost (imported on first use: nn
+    builds graphs, which the full scale never needs)."""
+    from .. import nn
+    return {nn.Conv2d: _conv, nn.Linear: _linear,
+            nn.MaxPool2d: functools.partial(_pool, MaxPool2d),
+            nn.AvgPool2d: functools.partial(_pool, AvgPool2d),
+            nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view}
+
+
+def layers_of(model, sample_shape) -> list[Layer]:
+    """The cost of every layer of an nn.Sequential for samples of sample_shape: its kind's
+    class (by nn's layer class), a ReLU folded into the product before it as nn folds it."""
+    from ..errors import GraphError
+    from ..nn.pipeline import layer_work
+    makers = kinds()
+    try:
+        shapes = model.shapes(sample_shape)
+    except GraphError as e:
+        raise PlanError(f"spec_from_model: samples of shape {tuple(sample_shape)}: {e}") \
+            from None
+    work = layer_work(model, sample_shape)
+    out, prev = [], None
+    for i, layer in enumerate(model):
+        make = next((f for cls, f in makers.items() if isinstance(layer, cls)), None)
+        if make is None:
+            raise PlanError(f"the planner has no cost class for layer {i} "
+                            f"({type(layer).__name__}); it knows "
+                            f"{', '.join(c.__name__ for c in makers)}")
+        folded = make is _relu and prev is not None and prev.fuses_relu
+        cost = make(layer, i, shapes[i], shapes[i + 1], work[i], folded=folded)
+        if folded:
+            out[-1] = dataclasses.replace(out[-1], relu=True)
+        out.append(cost)
+        prev = layer
+    return out

@@ -1,0 +1,362 @@
+"""The small scale: one training step of a model the simulator runs, walked as nn builds it.
+
+The walk is nn's step (nn/step.py, nn/pipeline.py, nn/phased.py) told once, in program order,
+on the IPU of every pipeline stage (its first IPU under tensor sharding, the fullest); each
+layer's cost class (layers.py) says what it builds, and a tiles.Ipu counts it three ways at
+once (supersteps, code/constants/vertex state/exchange buffers, liveness):
+
+  batch in     the host's FIFOs copy the batch into the first stage's input (the fp16 cast
+               of the master weights, an all-gather of them under RTS);
+  forward      every micro-batch's forward (a pipeline: all of them, then the backwards, as
+               GPipe), the loss on the last stage;
+  backward     each block's backward (recompute: its forward rebuilt first, from its input:
+               nn/build.py's blocks start at every layer with weights; a pipeline stage is
+               one block), the weight gradients added into accumulators in a pipeline;
+  evaluation   a forward of its own when nn cannot share the training one (a pipeline or
+               Dropout): its ops only;
+  update       the replicas' ring all-reduce of the gradients (RTS: reduce-scatter, and an
+               all-gather of the updated weights), the optimizer's maps over this replica's
+               weights, its state to and from Streaming Memory when it lives there; phased:
+               every phase's weights and state streamed in and out.
+
+Cycles: a stage's supersteps per micro-batch are zipped across the stages into the slots of
+a pipeline phase (poplar.parallel: stage s works on micro-batch k − s in slot k, each shared
+superstep as long as its slowest stage's), M + p − 1 slots each way; then the loss, the hops
+between stages, the replicas' ring, the update, Streaming Memory and the host's copies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from math import ceil
+
+from .optim import optimizer_cost
+from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined
+
+LABEL_BYTES = 4             # labels stream in as INT
+
+
+@dataclass
+class Pass:
+    """One pass over a micro-batch: its samples and index, training or evaluation, and what
+    the mapping asks of every layer (t, RTS, a pipeline, the first layer with weights, whose
+    input gradient nn never builds). inputs: where each layer's input lay in the forward."""
+
+    n: int
+    micro_batch: int
+    train: bool
+    t: int
+    rts: bool
+    pipelined: bool
+    first_weighted: int
+    inputs: dict = field(default_factory=dict)
+
+
+@dataclass
+class StageCost:
+    """A stage's supersteps of one micro-batch (forward, with the loss on the last stage, and
+    backward), of the update, its IPU's bytes by kind, and the bytes it keeps in Streaming
+    Memory."""
+
+    forward: list
+    backward: list
+    update: list
+    memory: dict
+    streamed: int = 0
+
+
+class StepWalk:
+    """The step of `spec` (layers that run on the simulator) on `target` with a resolved
+    mapping; batch: samples per replica and step."""
+
+    def __init__(self, spec, target, mapping, batch: int):
+        self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
+        self.mc = Machine(target, mapping)
+        self.layers = list(spec.blocks)
+        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum)
+        self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
+        self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
+        # of its own for the evaluation (nn builds one when a layer acts only in training)
+
+    # --- the shape of the step -------------------------------------------------------------
+    def stages(self) -> list[range]:
+        out, start = [], 0
+        for count in self.m.layers_per_stage:
+            out.append(range(start, start + count))
+            start += count
+        return out
+
+    def phases(self) -> list[range]:
+        """The layers of each phase (one phase of every layer when not phased)."""
+        if not self.m.phased:
+            return [range(len(self.layers))]
+        out, start = [], 0
+        for n in self.m.layers_per_phase:
+            out.append(range(start, start + n))
+            start += n
+        return out
+
+    def segments(self, blocks: range) -> list[list[int]]:
+        """Recompute blocks: each starts at a layer with weights (a pipeline stage is one)."""
+        if not self.m.recompute or self.m.pipeline > 1:
+            return [list(blocks)]
+        out = []
+        for i in blocks:
+            if not out or self.layers[i].params:
+                out.append([])
+            out[-1].append(i)
+        return out
+
+    def weights(self, blocks) -> Layout:
+        """This IPU's weights of `blocks`: each tensor mapped linearly on its own (1/t of its
+        rows under tensor sharding), all of them from the first tile on."""
+        return joined(self.mc.linear(ceil(n / self.m.t), FLOAT) for i in blocks
+                      for n in self.layers[i].tensors)
+
+    def gradients(self, blocks) -> Layout:
+        """This IPU's weight gradients of `blocks`, where their products left them."""
+        run = self.run(0, True)
+        return joined(self.layers[i].gradient(self.mc, run) for i in blocks
+                      if self.layers[i].params)
+
+    def outputs(self, i: int) -> int:
+        """Elements of layer i's output per sample."""
+        return self.layers[i + 1].keep if i + 1 < len(self.layers) else \
+            self.layers[-1].reduce
+
+    # --- a stage ---------------------------------------------------------------------------
+    def stage(self, s: int) -> StageCost:
+        """The walk of stage s on its IPU."""
+        m, mc = self.m, self.mc
+        blocks = self.stages()[s]
+        ipu, last = Ipu(mc), s == m.pipeline - 1
+        builds = m.micro_batches if m.pipeline > 1 else 1
+        per_phase = [self.weights([i for i in ph if i in blocks]).elements
+                     for ph in self.phases() if set(ph) & set(blocks)]
+        params = max(per_phase)
+        shard = mc.linear(ceil(sum(self.layers[i].params for i in blocks) / m.t / m.replicas),
+                          FLOAT, mc.replica_span).elements if m.rts else params
+        on_chip = m.optimizer_state == "on-chip" and not m.phased
+        always = {"weights": FLOAT * shard,
+                  "optimizer_state": self.opt.state_bytes(shard) if on_chip else 0}
+        self.step_tensors(ipu, s, blocks, params)
+        cost = StageCost([], [], [], {})
+        runs = [self.run(mb, True) for mb in range(builds)]
+        for run in runs:
+            self.forward(ipu, s, blocks, run, cost, last)
+        for run in runs:
+            ipu.clock = cost.backward if run.micro_batch == 0 else None
+            self.backward(ipu, s, blocks, run)
+        ipu.clock, ipu.live = None, False
+        self.evaluation(ipu, s, blocks, builds, last)
+        ipu.clock, ipu.live = cost.update, True
+        self.update(ipu, s, blocks, per_phase, shard)
+        cost.memory = ipu.memory(always)
+        weights = sum(self.layers[i].params for i in blocks) // m.t
+        weights = ceil(weights / m.replicas) if m.rts else weights
+        cost.streamed = FLOAT * weights * m.phased + self.opt.state_bytes(weights) * (not on_chip)
+        return cost
+
+    def run(self, mb: int, train: bool) -> Pass:
+        m = self.m
+        return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
+                    self.first_weighted)
+
+    def step_tensors(self, ipu, s: int, blocks, params: int) -> None:
+        """What lives the whole step: RTS's gathered weights (of the largest phase when
+        phased), the fp16 weights, a pipeline's accumulators, the first stage's batch (and
+        the copies that bring it in)."""
+        m, mc = self.m, self.mc
+        gathered = max(([i for i in ph if i in blocks] for ph in self.phases()),
+                       key=lambda ls: self.weights(ls).elements) if m.phased else blocks
+        for i in gathered if m.rts else ():      # phased: one phase's at a time
+            ipu.hold(("weight", i), self.weights([i]).elements * FLOAT, "weights")
+        if mc.E == 2:
+            ipu.hold("half weights", params * mc.E, "weights")
+        if m.pipeline > 1:
+            ipu.hold("accumulators", sum(mc.staged(n).elements for i in blocks
+                                         for n in self.layers[i].tensors) * mc.E, "gradients")
+        if s == 0:
+            x = self.batch * self.layers[0].keep
+            ipu.hold("input", mc.staged(x).elements * mc.E)
+            ipu.control(2 * mc.staged(x).tiles)          # training's and evaluation's batch
+        if s == m.pipeline - 1:
+            ipu.control(8)
+
+    def forward(self, ipu, s: int, blocks, run: Pass, cost: StageCost, last: bool) -> None:
+        """One micro-batch's forward on this stage (and the loss on the last)."""
+        m, mc, mb = self.m, self.mc, run.micro_batch
+        ipu.clock = cost.forward if mb == 0 else None
+        x = self.arrive(ipu, blocks, run)
+        for seg in self.segments(blocks):
+            for i in seg:
+                run.inputs[i] = x
+                x = self.layers[i].forward(ipu, run, x)
+            for i in seg[:-1] if m.recompute else ():
+                ipu.free(("act", mb, i))
+        if last:
+            self.spec.loss.forward(ipu, run, x, ("grad", mb, blocks[-1]))
+        elif m.pipeline > 1:                       # to the next stage, its gradient back
+            ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
+
+    def arrive(self, ipu, blocks, run: Pass) -> Layout:
+        """Where a micro-batch's input lies: the batch on the first stage; the previous
+        stage's activations (and the copies that bring them and take their gradient back)."""
+        mc, lo = self.mc, blocks[0]
+        if lo == 0:
+            return mc.staged(run.n * self.layers[0].keep)
+        size = run.n * self.outputs(lo - 1)
+        ipu.hold(("act", run.micro_batch, lo - 1), mc.staged(size).elements * mc.E)
+        ipu.control(2 * mc.staged(size).tiles)
+        return mc.staged(size)
+
+    def backward(self, ipu, s: int, blocks, run: Pass) -> None:
+        """One micro-batch's backward on this stage: each block's forward rebuilt first when
+        recomputing, then its layers' backwards (none before the first layer with weights)."""
+        mb, dy = run.micro_batch, None
+        for seg in reversed(self.segments(blocks)):
+            if seg[-1] < self.first_weighted:
+                break
+            if self.m.recompute and any(self.layers[i].params for i in seg):
+                for i in seg:
+                    self.layers[i].forward(ipu, run, run.inputs[i])
+            for i in reversed(seg):
+                if i >= self.first_weighted:
+                    dy = self.layers[i].backward(ipu, run, dy)
+        for i in blocks:
+            ipu.free(("act", mb, i))
+        ipu.free(("act", mb, blocks[0] - 1))
+        ipu.free(("grad", mb, blocks[0] - 1))
+
+    def evaluation(self, ipu, s: int, blocks, builds: int, last: bool) -> None:
+        """The evaluation step's ops: its own forward when the training one cannot be shared
+        (a pipeline, Dropout), the loss and the predictions."""
+        own = self.m.pipeline > 1 or self.dropout
+        for mb in range(builds if own else 0):
+            run = self.run(mb, False)
+            x = self.arrive(ipu, blocks, run)
+            for i in blocks:
+                x = self.layers[i].forward(ipu, run, x)
+            if last:
+                self.spec.loss.forward(ipu, run, x)
+        if last and not own:
+            ipu.arg_max(self.m.micro_batch_size)
+
+    def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
+        """The step's end on this IPU, for each phase's weights: the fp16 copies, the
+        replicas' combining maps (the ring's copies are step-wide: ring()), a pipeline's
+        accumulators zeroed, the optimizer; and what is live meanwhile: the gradients copied
+        into the all-reduce's result, a chunk in flight, an off-chip state loaded for the
+        update."""
+        m, mc = self.m, self.mc
+        for phase in self.phases():
+            mine = [i for i in phase if i in blocks]
+            weights, grads = self.weights(mine), self.gradients(mine)
+            if not weights.elements:
+                continue
+            if mc.E == 2:
+                ipu.map("weights/to_half", weights, 3, codelet="to_half")
+            if m.replicas > 1:
+                gathers = 2 if m.rts and m.phased else 1
+                ipu.map("all_reduce/combine", grads.share(1 / m.replicas), 4,
+                        codelet="combine", runs=(m.replicas - 1) * gathers)
+                ipu.control((1 + gathers) * (m.replicas - 1) * grads.tiles)
+            if m.pipeline > 1:
+                ipu.map("accumulators/zero", weights, 1, 1, codelet="zero")
+            part = mc.linear(ceil(weights.elements / m.replicas), FLOAT,
+                             mc.replica_span) if m.rts else weights
+            self.opt.update(ipu, part)
+        grads = max(self.gradients([i for i in phase if i in blocks]).elements
+                    for phase in self.phases())
+        chunks = 2 * ceil(grads / m.replicas) * mc.E // FLOAT if m.replicas > 1 else 0
+        off_chip = m.optimizer_state == "off-chip" and not m.phased
+        ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
+                      "optimizer_state" if off_chip else "gradients")
+
+    # --- the step ---------------------------------------------------------------------------
+    def cycles(self) -> tuple[dict, list]:
+        """Cycles of the step by part (host, forward with the loss, backward, pipeline hops,
+        replicas, update, streaming), and each stage's StageCost. A pipeline sums its
+        micro-batches' losses and correct answers and takes the mean after the slots."""
+        m, mc = self.m, self.mc
+        stages = [self.stage(s) for s in range(m.pipeline)]
+        steps = lambda part: [[c for _, c in getattr(st, part)] for st in stages]
+        hops = [self.hop(b) for b in self.stages()[:-1]] + [[]]
+        phases = [sum(self.layers[i].params for i in ph) // m.t for ph in self.phases()]
+        params = max(sum(self.layers[i].params for i in b) for b in self.stages()) // m.t
+        losses = 3 * (mc.sync + mc.W * ENTRY_CYCLES) if m.pipeline > 1 else 0
+        parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
+                 "backward": self.slots(steps("backward")[::-1]),
+                 "pipeline": 2 * self.slots(hops),
+                 "replicas": sum(self.ring(k) for k in phases),
+                 "update": max(sum(c for _, c in st.update) for st in stages),
+                 "streaming": self.streaming(params, phases)}
+        return parts, stages
+
+    def hop(self, blocks) -> list[int]:
+        """A micro-batch's activations to the next stage over the IPU-Links."""
+        nbytes = self.m.micro_batch_size * self.outputs(blocks[-1]) * self.mc.E
+        return [self.mc.far_sync + self.target.link_cycles(nbytes, 0, 1)]
+
+    def host(self) -> int:
+        """The step's four FIFO copies: images, labels, loss, correct."""
+        r, mc = self.m.replicas, self.mc
+        sample = 1
+        for d in self.spec.dims["sample_shape"]:
+            sample *= d
+        sizes = (self.batch * r * sample * mc.E, self.batch * r * LABEL_BYTES, 4 * r, 4 * r)
+        return sum(mc.sync + self.target.host_cycles(b) for b in sizes)
+
+    def ring(self, elements: int) -> int:
+        """The ring over the replicas of `elements` gradients per IPU: a reduce-scatter
+        (r − 1 exchanges; the combining maps are the update's) and r − 1 exchanges of
+        all-gather; a phased RTS model gathers a phase's weights before its forward and again
+        before its backward."""
+        m, mc = self.m, self.mc
+        r, span = m.replicas, m.t * m.pipeline
+        if r == 1 or not elements:
+            return 0
+        chunk = ceil(elements / r) * mc.E
+        hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
+                  for j in range(r) for k in range(span))
+        gathers = 2 if m.rts and m.phased else 1
+        return (1 + gathers) * (r - 1) * (mc.far_sync + hop)
+
+    def streaming(self, params: int, phases: list) -> int:
+        """Remote-buffer copies (one superstep each; the machine's IPUs share its
+        bandwidth): phased, each phase's fp32 weights loaded before its forward and its
+        backward and stored after its update, and its state loaded and stored; off-chip
+        state, loaded before the update and stored after it. 1/r of them under RTS."""
+        m, mc = self.m, self.mc
+        share = (lambda k: ceil(k / m.replicas) if m.rts else k)
+        per_machine = self.target.system.ipus_per_machine
+        copy = (lambda nbytes: mc.sync + self.target.streaming_cycles(nbytes * per_machine))
+        if m.phased:
+            return sum(3 * copy(FLOAT * share(k)) + 2 * bool(self.opt.state_elements) *
+                       copy(self.opt.state_bytes(share(k))) for k in phases)
+        if m.optimizer_state == "off-chip" and self.opt.state_elements:
+            return 2 * copy(self.opt.state_bytes(share(params)))
+        return 0
+
+    def slots(self, work: list) -> int:
+        """A phase of the pipeline: in slot k, stage s works on micro-batch k − s (if there is
+        one). The stages' supersteps are zipped into shared ones, each as long as its slowest
+        stage's; with one stage, the micro-batches one after another."""
+        M, total = self.m.micro_batches, 0
+        for k in range(M + len(work) - 1):
+            active = [w for s, w in enumerate(work) if 0 <= k - s < M]
+            total += sum(max(step) for step in zip_longest(*active, fillvalue=0)) \
+                if active else 0
+        return total
+
+
+def small_scale(spec, target, mapping, batch: int) -> dict:
+    """The small scale's prediction of one training step on a (small) simulated target:
+    {"cycles", "cycle_parts", "bytes_per_ipu", "memory_parts", "stages"}; mapping resolved,
+    batch: samples per replica and step."""
+    walk = StepWalk(spec, target, mapping, batch)
+    parts, stages = walk.cycles()
+    fullest = max(stages, key=lambda st: sum(st.memory.values()))
+    return {"cycles": int(sum(parts.values())), "cycle_parts": parts,
+            "bytes_per_ipu": int(sum(fullest.memory.values())), "memory_parts": fullest.memory,
+            "stages": [st.memory for st in stages], "streaming": [st.streamed for st in stages]}

@@ -1,0 +1,177 @@
+"""The planner's Python API and `ipulab plan` against nn.Trainer runs of the same configuration:
+plan.spec_from_model, plan.mapping_from_config(trainer.config) and plan.estimate(spec,
+device, mapping, global batch) say the bytes of the fullest IPU (the largest per-IPU sum of
+profile.memory_total) and the step's seconds (profile.total_seconds) within 15 %."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ipulab import data, devices, nn, plan
+from ipulab.cli import main
+from ipulab.errors import PlanError
+
+TOLERANCE = 0.15
+
+
+def mlp(dropout: bool = False):
+    layers = [nn.Flatten(), nn.Linear(64, 64), nn.ReLU()] + [nn.Dropout(0.25)] * dropout + \
+        [nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10)]
+    return nn.Sequential(*layers)
+
+
+def avg_cnn():
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
+                         nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64, 10))
+
+
+def simulated(model, device, **options):
+    """A trainer that has run one step, and (bytes of its fullest IPU, its seconds)."""
+    x, y, _, _ = data.digits()
+    trainer = nn.Trainer(model, device, **options)
+    n = trainer.global_batch_size
+    trainer.fit(x[:n], y[:n], shuffle=False)
+    p = trainer.profile()
+    return trainer, int(p.memory_total.reshape(p.num_ipus, -1).sum(axis=1).max()), \
+        float(p.total_seconds)
+
+
+def assert_close(got, want, what):
+    assert abs(got / want - 1) <= TOLERANCE, f"{what}: planner {got:,} vs simulator {want:,}"
+
+
+GRID = [
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=8,
+                                                             momentum=0.9, execution="phased")),
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=4, batch_size=16,
+                                                             pipeline=[3, 6], micro_batches=4)),
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=8, batch_size=16,
+                                                             pipeline=2, precision="fp16",
+                                                             recompute=True)),
+    ("avg", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=8, batch_size=16,
+                                                             tensor_parallel=2, momentum=0.9,
+                                                             optimizer_state="off-chip")),
+    ("mlp", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             momentum=0.9, phases=2, rts=True,
+                                                             precision="fp16")),
+    ("dropout", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=4, batch_size=32,
+                                                                 pipeline=2, micro_batches=4)),
+    ("mlp", lambda: devices.bow2000(tiles_per_ipu=8), dict(replicas=1, batch_size=32)),
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=64), dict(replicas=4, batch_size=32,
+                                                             tensor_parallel=4)),
+]
+MODELS = {"cnn": nn.default_cnn, "mlp": mlp, "dropout": lambda: mlp(True), "avg": avg_cnn}
+
+
+@pytest.mark.parametrize("name, device, options", GRID,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(GRID)])
+def test_estimate_of_a_trainers_run_agrees_with_its_profile(name, device, options):
+    model = MODELS[name]()
+    trainer, sim_bytes, sim_seconds = simulated(model, device(), **options)
+    spec = plan.spec_from_model(model, (1, 8, 8))
+    mapping = plan.mapping_from_config(trainer.config)
+    e = plan.estimate(spec, trainer.device, mapping, trainer.global_batch_size)
+    assert_close(e.peak_bytes_per_ipu, sim_bytes, "bytes of the fullest IPU")
+    assert_close(e.step_seconds, sim_seconds, "seconds of a step")
+    # the target the simulator was given is the same system
+    again = plan.estimate(spec, trainer.device.target, mapping, trainer.global_batch_size)
+    assert again.peak_bytes_per_ipu == e.peak_bytes_per_ipu
+    assert again.sram_bytes == trainer.device.target.tiles_per_ipu * 638_976
+
+
+def test_ipulab_plan_agrees_with_the_simulated_bow2000(capsys):
+    """The issue's example: the course CNN on a full-size Bow-2000, 4 replicas, fp16."""
+    assert main(["plan", "--model", "cnn", "--system", "bow2000", "--mapping", "r=4",
+                 "--global-batch", "64", "--precision", "fp16", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [m] = doc["mappings"]
+    _, sim_bytes, sim_seconds = simulated(nn.default_cnn(), devices.bow2000(), replicas=4,
+                                          batch_size=16, precision="fp16")
+    assert_close(m["peak_bytes_per_ipu"], sim_bytes, "bytes of the fullest IPU")
+    assert_close(m["step_seconds"], sim_seconds, "seconds of a step")
+    assert (m["micro_batch_size"], m["micro_batches"]) == (16, 1)
+    assert (m["micro_batch"], m["gradient_accumulation"]) == (16, 1)   # the old names too
+    assert any("simulator" in a for a in m["assumptions"])
+    assert set(m["memory_per_ipu"][0]) >= {"weights", "activations", "code", "vertex_state",
+                                            "exchange_buffers", "constants"}
+
+
+def test_mapping_from_config_follows_nn():
+    model = nn.default_cnn()
+    cfg = nn.TrainConfig(replicas=4, batch_size=16, pipeline=[3, 6], micro_batches=4)
+    m = plan.mapping_from_config(cfg)
+    assert (m.pipeline, m.stage_starts, m.micro_batch_size, m.micro_batches) == \
+        (3, (3, 6), 4, 4)
+    spec = plan.spec_from_model(model, (1, 8, 8))
+    r = m.resolve(spec, 16)               # 12 of 16 IPUs, 3 stages: a run, not a plan
+    assert r.layers_per_stage == (3, 3, 2)
+    cfg = nn.TrainConfig(replicas=2, batch_size=16, pipeline=3, micro_batches=4)
+    cuts = cfg.cuts(model, (1, 8, 8))
+    r = plan.mapping_from_config(cfg).resolve(spec, 16)
+    assert list(r.layers_per_stage) == [b - a for a, b in zip([0, *cuts], [*cuts, 8])]
+    phased = plan.mapping_from_config(nn.TrainConfig(replicas=2, execution="phased"))
+    assert phased.resolve(spec, 2).phases == 3            # one per layer with weights
+    spans = nn.TrainConfig(phases=2).phase_spans(model)
+    assert plan.mapping_from_config(nn.TrainConfig(phases=2)).resolve(spec, 1) \
+        .layers_per_phase == tuple(hi - lo for lo, hi in spans)
+    with pytest.raises(PlanError, match="resolved config"):
+        plan.mapping_from_config(nn.TrainConfig(replicas=None))
+
+
+def test_three_words_for_the_batch():
+    m = plan.parse_mapping("p=2,r=2,micro=4,ga=8")
+    assert (m.micro_batch_size, m.micro_batches) == (4, 8)
+    assert plan.parse_mapping("micro_batch_size=4,micro_batches=8") == \
+        plan.parse_mapping("micro=4,ga=8")
+    assert (m.micro, m.ga) == (4, 8)                      # the old names still read
+    assert plan.make_mapping(micro=2, ga=3).micro_batches == 3
+    spec = plan.transformer("x", 2, 64, 2, 8, 10, micro_batch_size=4)
+    assert spec.micro_batch_size == spec.micro == 4
+    assert plan.ModelSpec("old", spec.blocks, micro=2).micro_batch_size == 2
+
+
+def test_one_description_of_a_run():
+    cfg = nn.TrainConfig(replicas=4, batch_size=16, precision="fp16", momentum=0.9)
+    assert plan.describe_run(cfg, "words") == "4 replicas x batch 16, fp16"
+    assert plan.describe_run(cfg, "marker") == "4×16 fp16"
+    assert plan.describe_run(cfg) == \
+        "t 1 · p 1 · r 4 · batch 16 · fp16 · sgd+momentum · state on-chip"
+    piped = cfg.replace(replicas=2, pipeline=[3, 6], micro_batches=4, tensor_parallel=2,
+                        recompute=True)
+    assert plan.describe_run(piped, "words") == \
+        "2 replicas x batch 16, fp16, t 2, 3 stages, 4 micro-batches, recompute"
+    m = plan.parse_mapping("t=8x8,r=4,rts,phases=96,state=off-chip", optimizer="adamw")
+    assert plan.describe_run(m) == m.label() == \
+        "t 8x8 · p 1 · r 4 · fp16 · adamw · recompute · rts · phases 96 · state off-chip"
+    with pytest.raises(PlanError, match="style"):
+        plan.describe_run(m, "poem")
+
+
+def test_full_scale_names_its_assumptions_and_adamw_is_adam_sized(capsys):
+    gpt = plan.gpt3_2_7b()
+    adam = plan.estimate(gpt, "pod64", plan.parse_mapping("t=4,r=16", optimizer="adam"))
+    adamw = plan.estimate(gpt, "pod64", plan.parse_mapping("t=4,r=16", optimizer="adamw"))
+    assert adam.memory == adamw.memory
+    assert any("64 KiB per tile" in a for a in adam.assumptions)
+    assert main(["plan", "--model", "gpt3-2.7b", "--system", "pod64", "--optimizer", "adamw",
+                 "--mapping", "t=4,r=16"]) == 0
+    out = capsys.readouterr().out
+    assert "64 KiB per tile, assumed" in out and "adamw" in out
+
+
+def test_an_unknown_layer_is_named():
+    class Square(nn.Layer):
+        pass
+    with pytest.raises(PlanError, match="layer 1 .Square."):
+        plan.spec_from_model(nn.Sequential(nn.Flatten(), Square()), (1, 8, 8))
+
+
+def test_misuse_is_one_plan_error():
+    with pytest.raises(PlanError, match="shape .1, 4, 4.*Linear"):
+        plan.spec_from_model(mlp(), (1, 4, 4))
+    with pytest.raises(PlanError, match="nn.TrainConfig"):
+        plan.mapping_from_config({"replicas": 2})
+    with pytest.raises(PlanError, match="no layers"):
+        plan.spec_from_model([], (1, 8, 8))
