@@ -6,13 +6,16 @@ lives). Softmax over the last dimension is built from popops too:
     softmax          e = exp(x);            s = reduce_add(e, last);  y = e / s
     softmax_stable   m = reduce_max(x, last); e = exp(x - m); s = reduce_add(e); y = e / s
 
-GELU is the tanh approximation PopLibs uses:
-    gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+GELU is exact, as PyTorch's default (nn.GELU()); "gelu_tanh" is the tanh approximation
+(PyTorch's approximate="tanh", and what PopLibs' GELU computes):
+    gelu(x)      = 0.5 x (1 + erf(x / sqrt(2)))
+    gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 
 Gradients follow PopLibs: they are computed from the forward OUTPUT `out` for relu, sigmoid,
 tanh and both softmaxes (relu' = out > 0, sigmoid' = out (1 - out), tanh' = 1 - out^2, softmax:
-out * (grad - sum(grad * out, last))). GELU's derivative needs the input, so for "gelu" pass
-the forward INPUT as `act`.
+out * (grad - sum(grad * out, last))). GELU's derivative needs the input, so for both GELUs pass
+the forward INPUT as `act`:
+    gelu'(x) = 0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ from ._common import check_float
 
 GELU_A = 0.044715
 GELU_C = math.sqrt(2.0 / math.pi)
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 class NonLinearityType(enum.Enum):
@@ -38,6 +43,7 @@ class NonLinearityType(enum.Enum):
     SIGMOID = "sigmoid"
     TANH = "tanh"
     GELU = "gelu"
+    GELU_TANH = "gelu_tanh"
     SOFTMAX = "softmax"
     SOFTMAX_STABLE = "softmax_stable"
 
@@ -57,7 +63,7 @@ class NonLinearityType(enum.Enum):
 
 
 def _gelu_inner(x):
-    """tanh(sqrt(2/pi) (x + 0.044715 x^3)), the expression GELU and its gradient share."""
+    """tanh(sqrt(2/pi) (x + 0.044715 x^3)), the expression gelu_tanh and its gradient share."""
     return E.tanh(GELU_C * (x + GELU_A * x * x * x))
 
 
@@ -65,17 +71,20 @@ FORWARD = {
     NonLinearityType.RELU: E.maximum(_1, 0),
     NonLinearityType.SIGMOID: E.sigmoid(_1),
     NonLinearityType.TANH: E.tanh(_1),
-    NonLinearityType.GELU: 0.5 * _1 * (1 + _gelu_inner(_1)),
+    NonLinearityType.GELU: 0.5 * _1 * (1 + E.erf(_1 * INV_SQRT2)),
+    NonLinearityType.GELU_TANH: 0.5 * _1 * (1 + _gelu_inner(_1)),
 }
 
-# _1 is `act` (the forward output; the input for GELU), _2 the gradient of the output
+# _1 is `act` (the forward output; the input for the GELUs), _2 the gradient of the output
 _T = _gelu_inner(_1)
 GRADIENT = {
     NonLinearityType.RELU: E.select(_2, 0, _1 > 0),
     NonLinearityType.SIGMOID: _2 * _1 * (1 - _1),
     NonLinearityType.TANH: _2 * (1 - _1 * _1),
-    NonLinearityType.GELU: _2 * (0.5 * (1 + _T) + 0.5 * _1 * (1 - _T * _T) * GELU_C
-                                 * (1 + 3 * GELU_A * _1 * _1)),
+    NonLinearityType.GELU: _2 * (0.5 * (1 + E.erf(_1 * INV_SQRT2))
+                                 + _1 * E.exp(-0.5 * _1 * _1) * INV_SQRT_2PI),
+    NonLinearityType.GELU_TANH: _2 * (0.5 * (1 + _T) + 0.5 * _1 * (1 - _T * _T) * GELU_C
+                                      * (1 + 3 * GELU_A * _1 * _1)),
 }
 
 
@@ -113,8 +122,9 @@ def _softmax(graph, nl, t, seq, name, in_place):
 
 
 def non_linearity(graph, nl, t, seq, name: str = "") -> Tensor:
-    """A new tensor: nl ("relu", "sigmoid", "tanh", "gelu", "softmax", "softmax_stable" or a
-    NonLinearityType) applied to t, mapped like t. Softmaxes are over the last dimension."""
+    """A new tensor: nl ("relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softmax",
+    "softmax_stable" or a NonLinearityType) applied to t, mapped like t. Softmaxes are over the
+    last dimension."""
     nl = NonLinearityType.parse(nl)
     name = name or nl.value
     _check(graph, t, seq, f"non_linearity '{name}'")
@@ -139,7 +149,8 @@ def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") 
     output, mapped like act.
 
     act is the forward OUTPUT for relu, sigmoid, tanh, softmax and softmax_stable (as in
-    PopLibs), and the forward INPUT for gelu (its derivative is not a function of its output).
+    PopLibs), and the forward INPUT for gelu and gelu_tanh (their derivative is not a function
+    of their output).
     """
     nl = NonLinearityType.parse(nl)
     name = name or f"{nl.value}_grad"
