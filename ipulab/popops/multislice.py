@@ -134,6 +134,37 @@ def _update_groups(target, N: int, V: int, w: int, pc: int, dtype) -> int:
     return best[1]
 
 
+class _UpdatePlan:
+    """Where multi_update_add works: column blocks k (columns cb[c[k]]:cb[c[k]] + w[k]) of a
+    [V, d] table, groups of offsets (rows gb[g]:gb[g+1] of the updates); vertex (group q,
+    block k) on tile q * blocks + k. table[v]: the table rows of vertex v's block."""
+
+    def __init__(self, target, V: int, d: int, N: int, dtype):
+        grain = grain_of(dtype)
+        cb = _bounds(d, min(-(-d // grain), target.num_tiles), grain)
+        self.c = np.flatnonzero(np.diff(cb))
+        self.col, self.w = cb[self.c], np.diff(cb)[self.c]
+        self.groups = _update_groups(target, N, V, int(self.w.max()), self.c.size, dtype)
+        self.gb = _bounds(N, self.groups)
+        self.q, self.k = np.divmod(np.arange(self.groups * self.c.size, dtype=np.int64),
+                                   self.c.size)
+        self.tile = self.q * self.c.size + self.k
+        self.V, self.d = V, d
+
+    def table(self, t, blocks) -> Regions:
+        """Regions of t: for each of these blocks, its V rows of w columns."""
+        V, d = self.V, self.d
+        begins = (np.arange(V, dtype=np.int64)[None, :] * d + self.col[blocks][:, None]).ravel()
+        return Regions(t.flatten(), begins, begins + np.repeat(self.w[blocks], V),
+                       np.full(len(blocks), V))
+
+    def updates(self, s) -> Regions:
+        """Regions of s: for each vertex, its group's rows of its block's columns."""
+        n = np.diff(self.gb)[self.q]
+        begins = ragged(self.gb[self.q], n) * self.d + np.repeat(self.col[self.k], n)
+        return Regions(s.flatten(), begins, begins + np.repeat(self.w[self.k], n), n)
+
+
 def multi_update_add(graph, t, s, offsets, scale, seq, name: str = "") -> None:
     """t[offsets[i]] += scale * s[i] for every i, in place: t [V, d] and s [N, d] of one type
     (FLOAT or HALF), INT offsets [N] read at run time (an offset outside [0, V) is skipped).
@@ -156,45 +187,30 @@ def multi_update_add(graph, t, s, offsets, scale, seq, name: str = "") -> None:
         raise GraphError(f"{what}: scale must be a number, not {scale!r}")
     if N * d * V == 0:
         return
-    grain, T = grain_of(t.dtype), graph.target.num_tiles
-    pc = min(-(-d // grain), T)
-    cb = _bounds(d, pc, grain)
-    c = np.flatnonzero(np.diff(cb))
-    w = np.diff(cb)[c]
-    groups = _update_groups(graph.target, N, V, int(w.max()), c.size, t.dtype)
-    gb = _bounds(N, groups)
-    # vertex (group q, block k) on tile q * blocks + k; its updates: rows of group q, block k
-    q, k = np.divmod(np.arange(groups * c.size, dtype=np.int64), c.size)
-    tile = q * c.size + k
-    n = np.diff(gb)[q]
-    updates = (ragged(gb[q], n) * d + np.repeat(cb[c][k], n))
-    table = ragged(np.zeros_like(k), np.full(k.size, V)) * d + np.repeat(cb[c][k], V)
-    scales = tile_constant(graph, FLOAT, [float(scale)], tile, f"{name}/scale")
-    common = {"scale": scales.regions(tile),
-              "offsets": Regions(offsets, gb[q], gb[q + 1]),
-              "updates": Regions(s.flatten(), updates, updates + np.repeat(w[k], n), n)}
+    p = _UpdatePlan(graph.target, V, d, N, t.dtype)
+    common = {"scale": tile_constant(graph, FLOAT, [float(scale)], p.tile,
+                                     f"{name}/scale").regions(p.tile),
+              "offsets": Regions(offsets, p.gb[p.q], p.gb[p.q + 1]), "updates": p.updates(s)}
     cs = graph.add_compute_set(name)
-    if groups == 1:
+    if p.groups == 1:
         cls = typed_variant(MultiUpdateAdd, t.dtype, ("updates", "table"), "Half")
-        graph.add_vertices(cs, cls, tile, {**common, "table": Regions(
-            t.flatten(), table, table + np.repeat(w[k], V), np.full(k.size, V))})
+        graph.add_vertices(cs, cls, p.tile, {**common, "table": p.table(t, p.k)})
         seq.add(prog.Execute(cs))
         return
-    # partials: block (q, k) contiguous from q * V * d + V * cb[c][k], on its vertex's tile
-    part = graph.add_variable(FLOAT, [groups * V * d], f"{name}/partials")
-    begin = q * V * d + V * cb[c][k]
-    graph.set_tile_mapping(part, np.repeat(tile, V * w[k]))
+    # the partial of vertex (q, k): contiguous from q * V * d + V * col[k], on its tile
+    part = graph.add_variable(FLOAT, [p.groups * V * d], f"{name}/partials")
+    graph.set_tile_mapping(part, np.repeat(p.tile, V * p.w[p.k]))
+    begin = p.q * V * d + V * p.col[p.k]
     cls = typed_variant(MultiUpdatePartial, t.dtype, ("updates",), "Half")
-    graph.add_vertices(cs, cls, tile, {**common, "partial": Regions(part, begin,
-                                                                   begin + V * w[k])})
+    graph.add_vertices(cs, cls, p.tile, {**common, "partial": Regions(part, begin,
+                                                                     begin + V * p.w[p.k])})
     seq.add(prog.Execute(cs))
     # block k's partials of every group are added into t on tile k (where group 0's is)
+    blocks = np.arange(p.c.size, dtype=np.int64)
+    pb = (np.arange(p.groups, dtype=np.int64)[None, :] * V * d + V * p.col[:, None]).ravel()
     sums = graph.add_compute_set(f"{name}/sum")
-    first = np.arange(c.size, dtype=np.int64)
-    pb = (np.arange(groups, dtype=np.int64)[None, :] * V * d + V * cb[c][:, None]).ravel()
-    cls = typed_variant(AddPartials, t.dtype, ("table",), "Half")
-    graph.add_vertices(sums, cls, first, {
-        "partials": Regions(part, pb, pb + np.repeat(V * w, groups), np.full(c.size, groups)),
-        "table": Regions(t.flatten(), table[:c.size * V], table[:c.size * V] +
-                         np.repeat(w, V), np.full(c.size, V))})
+    graph.add_vertices(sums, typed_variant(AddPartials, t.dtype, ("table",), "Half"), blocks, {
+        "partials": Regions(part, pb, pb + np.repeat(V * p.w, p.groups),
+                            np.full(p.c.size, p.groups)),
+        "table": p.table(t, blocks)})
     seq.add(prog.Execute(sums))
