@@ -5,6 +5,8 @@ and Dropout; the misuse errors."""
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformer_reference import Positional, device_step, gpt, torch_step, torch_weights
 
 import ipulab
@@ -56,6 +58,28 @@ def test_logits_and_gradients_equal_torch(dev, arch):
     assert list(grads) == list(want_grads)
     for key, want in want_grads.items():
         np.testing.assert_allclose(grads[key], want, rtol=1e-4, atol=1e-6 * np.abs(want).max(),
+                                   err_msg=key)
+
+
+@settings(max_examples=4, deadline=None)
+@given(vocab=st.integers(2, 9), positions=st.integers(1, 5), heads=st.integers(1, 3),
+       per_head=st.integers(2, 3), ffn=st.integers(1, 6), batch=st.integers(1, 3),
+       arch=st.sampled_from(list(ARCHS)), seed=st.integers(0, 2 ** 16))
+def test_any_small_block_equals_torch(dev, vocab, positions, heads, per_head, ffn, batch, arch,
+                                      seed):
+    torch.manual_seed(seed)
+    d = heads * per_head
+    ours, theirs = gpt(vocab, positions, d, heads, ffn, layers=1, **ARCHS[arch])
+    rng = np.random.default_rng(seed)
+    x, y = (rng.integers(0, vocab, (batch, positions)) for _ in range(2))
+    logits, loss, grads = device_step(ours, torch_weights(theirs), x, y, dev)
+    want_logits, want_loss, want_grads = torch_step(theirs, x, y)
+    np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=5e-6)
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    # per_head >= 2: a layer norm of one feature is exactly 0, which torch rounds to ~1e-5
+    largest = max(np.abs(g).max() for g in want_grads.values())
+    for key, want in want_grads.items():
+        np.testing.assert_allclose(grads[key], want, rtol=1e-4, atol=1e-5 * largest,
                                    err_msg=key)
 
 
