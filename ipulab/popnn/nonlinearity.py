@@ -7,7 +7,8 @@ lives). Softmax over the last dimension is built from popops too:
     softmax_stable   m = reduce_max(x, last); e = exp(x - m); s = reduce_add(e); y = e / s
 
 GELU is exact, as PyTorch's default (nn.GELU()); "gelu_tanh" is the tanh approximation
-(PyTorch's approximate="tanh", and what PopLibs' GELU computes):
+(PyTorch's approximate="tanh", and what PopLibs' GELU computes); on HALF data the exact one
+is computed in float32 and rounded once:
     gelu(x)      = 0.5 x (1 + erf(x / sqrt(2)))
     gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 
@@ -23,7 +24,7 @@ import enum
 import math
 
 from ..errors import GraphError
-from ..poplar import Tensor
+from ..poplar import FLOAT, HALF, Tensor
 from ..poplar import program as prog
 from .. import popops
 from ..popops import expr as E
@@ -88,6 +89,16 @@ GRADIENT = {
 }
 
 
+def _expression(table, nl, dtype):
+    """nl's expression from table; the exact GELU on HALF data is computed in float32 and
+    rounded once (its erf and exp would otherwise be rounded to half at every step)."""
+    e = table[nl]
+    if nl is NonLinearityType.GELU and dtype == HALF:
+        floats = {n: E.cast(E.placeholder(n), FLOAT) for n in e.placeholders()}
+        return E.cast(E.substitute(e, floats), HALF)
+    return e
+
+
 def _check(graph, t, seq, what):
     if not isinstance(t, Tensor):
         raise GraphError(f"{what}: expected a tensor, got {type(t).__name__}")
@@ -130,7 +141,7 @@ def non_linearity(graph, nl, t, seq, name: str = "") -> Tensor:
     _check(graph, t, seq, f"non_linearity '{name}'")
     if nl.is_softmax:
         return _softmax(graph, nl, t, seq, name, in_place=False)
-    return popops.map(graph, FORWARD[nl], [t], seq, name)
+    return popops.map(graph, _expression(FORWARD, nl, t.dtype), [t], seq, name)
 
 
 def non_linearity_in_place(graph, nl, t, seq, name: str = "") -> None:
@@ -141,7 +152,7 @@ def non_linearity_in_place(graph, nl, t, seq, name: str = "") -> None:
     if nl.is_softmax:
         _softmax(graph, nl, t, seq, name, in_place=True)
     else:
-        popops.map_in_place(graph, FORWARD[nl], [t], seq, name)
+        popops.map_in_place(graph, _expression(FORWARD, nl, t.dtype), [t], seq, name)
 
 
 def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") -> Tensor:
@@ -161,7 +172,8 @@ def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") 
         raise GraphError(f"{what}: act '{act.name}' {list(act.shape)} {act.dtype} and out_grad "
                          f"'{out_grad.name}' {list(out_grad.shape)} {out_grad.dtype} must match")
     if not nl.is_softmax:
-        return popops.map(graph, GRADIENT[nl], [act, out_grad], seq, name)
+        return popops.map(graph, _expression(GRADIENT, nl, act.dtype), [act, out_grad], seq,
+                          name)
     if act.rank == 0:
         raise GraphError(f"{what}: softmax is over the last dimension; '{act.name}' is a scalar")
     # dL/dx = y * (g - sum(g * y, last))
