@@ -1,7 +1,7 @@
 """The `ipulab` command: version, hardware presets, opening the course in JupyterLab,
-training the course's CNN or small GPT on a simulated system (`ipulab train`), sharing a simulated Pod
-(`ipulab vipu`), and the coursework (building exercises from solutions, grading notebooks and
-whole classes, checking the installation)."""
+training the course's CNN or small GPT on a simulated system (`ipulab train`), sharing a
+simulated Pod (`ipulab vipu`), and the coursework (building exercises from solutions, grading
+notebooks and whole classes, checking the installation)."""
 from __future__ import annotations
 
 import argparse

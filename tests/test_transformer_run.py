@@ -26,8 +26,10 @@ def test_the_flag_picks_the_transformer_run():
     assert cli.build_parser().parse_args(["train"]).model == "cnn"
 
 
-def test_a_small_run_prints_token_accuracy_and_the_step(capsys):
-    code, out, err = run(capsys, "--tiles-per-ipu", "64", "--epochs", "1", "--batch-size", "32")
+def test_a_small_run_prints_token_accuracy_and_the_step(capsys, tmp_path):
+    report = tmp_path / "gpt.html"
+    code, out, err = run(capsys, "--tiles-per-ipu", "64", "--epochs", "1", "--batch-size", "32",
+                         "--report", str(report))
     assert code == 0, err
     assert out.startswith("small GPT sorting tokens, ipu (1 IPU(s) x 64 tiles), 1 replica(s) "
                           "x batch 32, SGD lr 0.1 momentum 0.9")
@@ -40,6 +42,7 @@ def test_a_small_run_prints_token_accuracy_and_the_step(capsys):
         assert name in out
     total = int(row(out, "cycles by part").split()[0].replace(",", ""))
     assert f"({total:,} cycles)" in row(out, "simulated step time")
+    assert report.stat().st_size > 0 and f"report: {report}" in out
 
 
 def test_bad_flags_are_one_line(capsys):
