@@ -84,6 +84,16 @@ def test_multi_update_add_adds_rows_at_the_offsets(dev, V, d, N, scale, precisio
     _close(got, want, precision, scale=max(1.0, math.sqrt(N / V)))
 
 
+def test_multi_update_add_takes_a_scale_tensor(dev):
+    lab = Lab(dev)
+    t = lab.feed(np.ones((3, 2), np.float32))
+    popops.multi_update_add(lab.g, t, lab.feed(np.ones((2, 2), np.float32)),
+                            lab.feed(np.array([2, 2], np.int32)),
+                            lab.feed(np.array([-0.25], np.float32)), lab.seq)
+    lab.fetch(t=t)
+    assert np.array_equal(lab.run()["t"], [[1, 1], [1, 1], [0.5, 0.5]])
+
+
 def test_multi_update_add_splits_many_offsets_into_groups(dev):
     """512 offsets on 16 tiles: per-group float partials, then one add into the table."""
     lab = Lab(dev)
@@ -102,7 +112,9 @@ def test_multi_update_add_splits_many_offsets_into_groups(dev):
     (lambda g, t, i, s, seq: popops.multi_slice(g, t, s, seq), "offsets"),
     (lambda g, t, i, s, seq: popops.multi_update_add(g, t, s.slice(0, 2), i, 1.0, seq),
      "one row of the table"),
-    (lambda g, t, i, s, seq: popops.multi_update_add(g, t, s, i, "1", seq), "scale"),
+    (lambda g, t, i, s, seq: popops.multi_update_add(g, t, s, i, "1", seq), "scale must be"),
+    (lambda g, t, i, s, seq: popops.multi_update_add(g, t, s, i, i, seq),
+     "a scale tensor must be FLOAT with one element"),
 ])
 def test_slicing_misuse_is_named(dev, call, message):
     lab = Lab(dev)

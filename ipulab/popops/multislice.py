@@ -134,6 +134,17 @@ def _update_groups(target, N: int, V: int, w: int, pc: int, dtype) -> int:
     return best[1]
 
 
+def _check_scale(graph, scale, what: str) -> None:
+    if isinstance(scale, Tensor):
+        graph.check_tensor(scale, what)
+        if scale.dtype != FLOAT or scale.num_elements() != 1:
+            raise GraphError(f"{what}: a scale tensor must be FLOAT with one element, not "
+                             f"'{scale.name}' {scale.dtype} {list(scale.shape)}")
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float, np.number)):
+        raise GraphError(f"{what}: scale must be a number or a FLOAT tensor of one element, "
+                         f"not {scale!r}")
+
+
 class _UpdatePlan:
     """Where multi_update_add works: column blocks k (columns cb[c[k]]:cb[c[k]] + w[k]) of a
     [V, d] table, groups of offsets (rows gb[g]:gb[g+1] of the updates); vertex (group q,
@@ -168,7 +179,7 @@ class _UpdatePlan:
 def multi_update_add(graph, t, s, offsets, scale, seq, name: str = "") -> None:
     """t[offsets[i]] += scale * s[i] for every i, in place: t [V, d] and s [N, d] of one type
     (FLOAT or HALF), INT offsets [N] read at run time (an offset outside [0, V) is skipped).
-    scale: a number.
+    scale: a number, or a FLOAT tensor of one element (read at run time, as PopLibs' scale).
 
     Work goes to column blocks of the table, one tile each; when there are many offsets they
     are cut into groups, each making a float partial of the block on its own tile, and a
@@ -183,13 +194,13 @@ def multi_update_add(graph, t, s, offsets, scale, seq, name: str = "") -> None:
         raise GraphError(f"{what}: the updates '{s.name}' must be {t.dtype} [{N}, {d}] (one "
                          f"row of the table '{t.name}' per offset), not {s.dtype} "
                          f"{list(s.shape)}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.number)):
-        raise GraphError(f"{what}: scale must be a number, not {scale!r}")
+    _check_scale(graph, scale, what)
     if N * d * V == 0:
         return
     p = _UpdatePlan(graph.target, V, d, N, t.dtype)
-    common = {"scale": tile_constant(graph, FLOAT, [float(scale)], p.tile,
-                                     f"{name}/scale").regions(p.tile),
+    common = {"scale": Regions.whole(scale.flatten(), p.tile.size) if isinstance(scale, Tensor)
+              else tile_constant(graph, FLOAT, [float(scale)], p.tile,
+                                 f"{name}/scale").regions(p.tile),
               "offsets": Regions(offsets, p.gb[p.q], p.gb[p.q + 1]), "updates": p.updates(s)}
     cs = graph.add_compute_set(name)
     if p.groups == 1:
