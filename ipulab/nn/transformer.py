@@ -353,8 +353,7 @@ class TransformerEncoderLayer(Layer):
         self.activation, self.norm_first, self.causal = activation, bool(norm_first), \
             bool(causal)
         attention = MultiheadAttention(d, nhead, dropout, causal)
-        self.self_attn = _Part("self_attn", attention,
-                               keys={n: f"self_attn.{n}" for n in attention.param_names})
+        self.self_attn = _Part("self_attn", attention)
         self.linear1, self.linear2 = _Part("linear1", Linear(d, f)), _Part("linear2",
                                                                            Linear(f, d))
         self.norm1, self.norm2 = _Part("norm1", LayerNorm(d)), _Part("norm2", LayerNorm(d))
