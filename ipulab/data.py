@@ -1,12 +1,15 @@
-"""Datasets for training: scikit-learn's bundled digits, and MNIST from local files.
+"""Datasets for training: scikit-learn's bundled digits, MNIST from local files, and a
+generated token task for the small GPT.
 
     x_train, y_train, x_test, y_test = ipulab.data.digits()
     x_train, y_train, x_test, y_test = ipulab.data.mnist("~/data/mnist")   # IDX files (or .gz)
     x_train, y_train, x_test, y_test = ipulab.data.mnist("~/data/mnist.npz")
+    x_train, y_train, x_test, y_test = ipulab.data.sort_tokens()          # token ids [n, 32]
 
 Images are NCHW float32 in [0, 1]; labels are int64 class indices. Nothing is downloaded:
-digits ship with scikit-learn, MNIST must already be on disk. A missing or malformed file
-raises ipulab.errors.DataError naming the file and what is wrong with it.
+digits ship with scikit-learn, MNIST must already be on disk, sort_tokens is generated. A
+missing or malformed file raises ipulab.errors.DataError naming the file and what is wrong
+with it.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .errors import DataError
 DIGITS_SEED = 0          # the fixed seed of the 80/20 split of digits()
 DIGITS_TEST_FRACTION = 0.2
 
-__all__ = ["digits", "mnist", "read_idx", "DIGITS_SEED", "DIGITS_TEST_FRACTION"]
+__all__ = ["digits", "mnist", "read_idx", "sort_tokens", "DIGITS_SEED", "DIGITS_TEST_FRACTION"]
 
 
 def digits():
@@ -168,3 +171,36 @@ def mnist(path):
         x = _images(arrays[x_key], where[x_key])
         out += [x, _labels(arrays[y_key], len(x), where[y_key])]
     return tuple(out)
+
+
+# --- a generated token task -------------------------------------------------------------------
+def _count(v, what: str, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise DataError(f"sort_tokens: {what} must be an int >= {lo}, not {v!r}")
+    return int(v)
+
+
+def sort_tokens(n_train: int = 4096, n_test: int = 512, length: int = 16, values: int = 10,
+                vocab: int = 64, seed: int = 0):
+    """Sorting as next-token prediction, after minGPT's demo, generated (no download):
+    a question of `length` random tokens in 0..values-1, then the separator (token
+    vocab - 1), then the answer -- the question sorted -- one position late, so that a causal
+    model predicts each answer token from the question and the answer so far:
+
+        x = [q_1 .. q_L, SEP, a_1 .. a_{L-1}]        (2L token ids)
+        y = [q_1 .. q_L, a_1 .. a_L]                 a = sorted(q)
+
+    The question's positions ask the model to repeat their own token (what a token-level
+    loss needs there; they are learnt first, so token accuracy starts near 50 %); the answer's
+    L positions are the task: each is right only if the model has sorted. Returns (x_train,
+    y_train, x_test, y_test) as int64 [n, 2L], the same arrays for the same arguments."""
+    n_train, n_test = _count(n_train, "n_train", 1), _count(n_test, "n_test", 1)
+    length, values = _count(length, "length", 1), _count(values, "values", 1)
+    vocab = _count(vocab, "vocab", values + 1)
+    rng = np.random.default_rng(_count(seed, "seed", 0))
+    q = rng.integers(0, values, (n_train + n_test, length))
+    a = np.sort(q, 1)
+    sep = np.full((len(q), 1), vocab - 1)
+    x = np.concatenate([q, sep, a[:, :-1]], 1).astype(np.int64)
+    y = np.concatenate([q, a], 1).astype(np.int64)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]

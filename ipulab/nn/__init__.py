@@ -8,16 +8,26 @@
     trainer.evaluate(x_test, y_test)      # Evaluation(accuracy, loss)
     nn.Trainer(model, config=nn.TrainConfig.default_run())   # the course's run, on a Bow-2000
 
+    gpt = nn.Sequential(nn.Embedding(64, 64), nn.PositionalEmbedding(32, 64),
+                        nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, activation="gelu",
+                                                   norm_first=True, causal=True),
+                        nn.LayerNorm(64), nn.Linear(64, 64))       # or nn.small_gpt()
+    nn.Trainer(gpt, device).fit(token_ids, targets)       # both int [N, S]: loss per token
+
 Every number (activations, loss, gradients, updates) is computed by codelets on simulated
 tiles through poplin, popops, popnn and poprand; weights are numpy arrays in PyTorch layout.
 """
 from .build import all_reduce_gradients
 from .config import OPTIMIZERS, PRECISIONS, TrainConfig
 from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
-from .model import Sequential, default_cnn
+from .model import Sequential, default_cnn, small_gpt
 from .optim import LAMB, SGD, Adam, AdamW
 from .trainer import Evaluation, Trainer
+from .transformer import (GELU, Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
+                          TransformerEncoderLayer)
 
 __all__ = ["AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
-           "Sequential", "default_cnn", "SGD", "Adam", "AdamW", "LAMB", "Trainer", "TrainConfig",
-           "PRECISIONS", "OPTIMIZERS", "Evaluation", "all_reduce_gradients"]
+           "Embedding", "PositionalEmbedding", "LayerNorm", "GELU", "MultiheadAttention",
+           "TransformerEncoderLayer", "Sequential", "default_cnn", "small_gpt", "SGD", "Adam",
+           "AdamW", "LAMB", "Trainer", "TrainConfig", "PRECISIONS", "OPTIMIZERS", "Evaluation",
+           "all_reduce_gradients"]

@@ -8,10 +8,12 @@ Conv2d or Linear is folded into that layer's bias map (forward) and its gradient
 """
 from __future__ import annotations
 
+import copy
+
 from ..errors import GraphError, TileMemoryError
 from ..poplar import concat
 from . import tensor_parallel
-from .layers import Dropout, ReLU
+from .layers import ReLU
 
 
 class LayerBuild:
@@ -27,15 +29,28 @@ class LayerBuild:
         self.need_dx = True
         self.grads: dict = {}
         self._saved: dict = {}
+        self.scope, self.stream = "", 0      # a part of a composite layer: see part()
 
     def name(self, what: str) -> str:
-        """A debug name: '<prefix><index>.<Layer>/<what>', e.g. '0.Conv2d/conv'."""
-        return f"{self.prefix}{self.index}.{type(self.layer).__name__}/{what}"
+        """A debug name: '<prefix><index>.<Layer>/<what>', e.g. '0.Conv2d/conv' (a part of a
+        composite layer adds its scope: '2.TransformerEncoderLayer/self_attn/scores')."""
+        return f"{self.prefix}{self.index}.{type(self.layer).__name__}/{self.scope}{what}"
 
     @property
     def seed_modifier(self) -> int:
-        """Random streams differ per layer and per micro-batch (and repeat when recomputed)."""
-        return self.index + 65536 * self.micro
+        """Random streams differ per layer, part of a layer and micro-batch (and repeat when
+        recomputed)."""
+        return (self.index + 65536 * self.micro + (self.stream << 24)) % 2 ** 32
+
+    def part(self, scope: str, params: dict, stream: int = 0) -> "LayerBuild":
+        """The build of one part of a composite layer (e.g. a TransformerEncoderLayer's
+        linear1): this build with the part's own weights, gradients and saved tensors, names
+        under scope, and random stream `stream` of its own (1..255) for its Dropout."""
+        sub = copy.copy(self)
+        sub.scope, sub.params, sub.relu = f"{self.scope}{scope}/", params, False
+        sub.grads, sub._saved, sub.sub = {}, {}, []
+        sub.stream = stream or self.stream
+        return sub
 
     def param(self, name: str):
         return self.params[name]
@@ -151,7 +166,7 @@ class naming:
 
 
 def uses_dropout(model) -> bool:
-    return any(isinstance(layer, Dropout) and layer.p > 0 for layer in model.layers)
+    return any(layer.uses_dropout for layer in model.layers)
 
 
 # --- data parallelism ---------------------------------------------------------------------------

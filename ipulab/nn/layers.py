@@ -53,9 +53,11 @@ def _fmt(pair) -> str:
 
 
 class Layer:
-    """Base of every layer. Subclasses with weights list them in `param_names`."""
+    """Base of every layer. Subclasses with weights list them in `param_names`; a first layer
+    that takes integer token ids (nn.Embedding) sets takes_tokens."""
 
     param_names: tuple = ()
+    takes_tokens = False
 
     def param_shapes(self) -> dict:
         """{name: shape} of the layer's weights, in state_dict order."""
@@ -78,6 +80,11 @@ class Layer:
     @property
     def fuses_relu(self) -> bool:
         """Whether a ReLU right after this layer is folded into its forward map."""
+        return False
+
+    @property
+    def uses_dropout(self) -> bool:
+        """Whether training draws Dropout masks (the step then needs a seed)."""
         return False
 
     def __repr__(self) -> str:
@@ -192,7 +199,8 @@ class Conv2d(Layer):
 
 
 class Linear(Layer):
-    """torch.nn.Linear(in_features, out_features, bias=True): y = x @ weight.T + bias."""
+    """torch.nn.Linear(in_features, out_features, bias=True): y = x @ weight.T + bias, on the
+    last dimension of x (samples of shape (in_features,) or (..., in_features))."""
 
     param_names = ("weight", "bias")
 
@@ -216,17 +224,22 @@ class Linear(Layer):
         return out
 
     def output_shape(self, shape):
-        if len(shape) != 1 or shape[0] != self.in_features:
+        if len(shape) < 1 or shape[-1] != self.in_features:
             hint = " (add nn.Flatten() before it)" if len(shape) > 1 else ""
             raise GraphError(f"{self!r} takes samples of {self.in_features} features, not of "
                              f"shape {tuple(shape)}{hint}")
-        return (self.out_features,)
+        return (*shape[:-1], self.out_features)
 
     @property
     def fuses_relu(self) -> bool:
         return True
 
     def forward(self, b, x):
+        """On the last dimension, as torch: [N, in] -> [N, out], or [N, ..., in] through a
+        [rows, in] view."""
+        lead = x.shape[:-1]
+        if x.rank != 2:
+            x = x.reshape([int(np.prod(lead)), self.in_features])
         w = b.param("weight")
         if self.bias:     # [x, 1] @ [w, b].T: the bias folded into the product
             x = concat([x, _ones(b, [x.shape[0], 1], x.dtype, b.name("ones"))], 1)
@@ -234,12 +247,14 @@ class Linear(Layer):
             w = concat([w, bias.reshape([bias.num_elements(), 1])], 1)
         y = poplin.mat_mul(b.graph, x, w.transpose(), b.seq, name=b.name("matmul"))
         y = _relu(b, y, b.name("relu"))
-        b.save(x=x, y=y)
-        return y
+        b.save(x=x, y=y, lead=lead)
+        return y if len(lead) == 1 else y.reshape([*lead, self.out_features])
 
     def backward(self, b, dy):
         g, seq = b.graph, b.seq
-        x, w = b.saved("x"), b.param("weight")
+        x, w, lead = b.saved("x"), b.param("weight"), b.saved("lead")
+        if dy.rank != 2:
+            dy = dy.reshape([x.shape[0], self.out_features])
         dy = _relu_grad(b, b.saved("y"), dy, b.name("relu_grad"))
         dw = poplin.mat_mul(g, dy.transpose(), x, seq, name=b.name("weight_grad"))
         b.grad("weight", dw.slice(0, self.in_features, 1))
@@ -247,7 +262,8 @@ class Linear(Layer):
             b.grad("bias", dw[:, self.in_features])
         if not b.need_dx:
             return None
-        return poplin.mat_mul(g, dy, w, seq, name=b.name("input_grad"))
+        dx = poplin.mat_mul(g, dy, w, seq, name=b.name("input_grad"))
+        return dx if len(lead) == 1 else dx.reshape([*lead, self.in_features])
 
     def __repr__(self) -> str:
         return (f"Linear(in_features={self.in_features}, out_features={self.out_features}, "
@@ -346,6 +362,10 @@ class Dropout(Layer):
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
             raise GraphError(f"Dropout: p must be a probability in [0, 1], not {p!r}")
         self.p = float(p)
+
+    @property
+    def uses_dropout(self) -> bool:
+        return self.p > 0
 
     def forward(self, b, x):
         if not b.train or self.p == 0.0:

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import DataError, GraphError
 from .layers import Conv2d, Flatten, Layer, Linear, MaxPool2d, ReLU
+from .transformer import Embedding, LayerNorm, PositionalEmbedding, TransformerEncoderLayer
 
 
 class Sequential:
@@ -26,7 +27,8 @@ class Sequential:
             if not isinstance(layer, Layer):
                 raise GraphError(f"Sequential: item {i} is a {type(layer).__name__}, not an "
                                  "ipulab.nn layer (Conv2d, ReLU, MaxPool2d, AvgPool2d, Flatten, "
-                                 "Linear, Dropout)")
+                                 "Linear, Dropout, Embedding, PositionalEmbedding, LayerNorm, "
+                                 "GELU, MultiheadAttention, TransformerEncoderLayer)")
         if not layers:
             raise GraphError("Sequential needs at least one layer")
         self.layers = list(layers)
@@ -45,6 +47,11 @@ class Sequential:
     def __repr__(self) -> str:
         inner = "\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
         return f"Sequential(\n{inner}\n)"
+
+    @property
+    def takes_tokens(self) -> bool:
+        """Whether the model's input is integer token ids (it starts with an nn.Embedding)."""
+        return self.layers[0].takes_tokens
 
     # --- shapes -------------------------------------------------------------------------------
     def param_shapes(self) -> dict:
@@ -137,3 +144,21 @@ def default_cnn(input_shape=(1, 8, 8), classes: int = 10) -> Sequential:
     return Sequential(Conv2d(c, 16, 3, padding=1), ReLU(), MaxPool2d(2),
                       Conv2d(16, 32, 3, padding=1), ReLU(), MaxPool2d(2), Flatten(),
                       Linear(32 * (h // 2 // 2) * (w // 2 // 2), classes))
+
+
+def small_gpt(vocab: int = 64, seq_len: int = 32, d_model: int = 64, nhead: int = 4,
+              dim_feedforward: int = 256, num_layers: int = 2) -> Sequential:
+    """The course's small GPT: token and position embeddings, num_layers pre-norm causal
+    blocks with GELU and no dropout, a final LayerNorm and a Linear to the vocabulary:
+
+        Embedding(64, 64), PositionalEmbedding(32, 64),
+        TransformerEncoderLayer(64, 4, 256, dropout=0, activation="gelu", norm_first=True,
+                                causal=True) x 2, LayerNorm(64), Linear(64, 64)
+
+    Samples are token ids (seq_len,); the output is a score per vocabulary entry per position.
+    """
+    blocks = [TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
+                                      activation="gelu", norm_first=True, causal=True)
+              for _ in range(num_layers)]
+    return Sequential(Embedding(vocab, d_model), PositionalEmbedding(seq_len, d_model), *blocks,
+                      LayerNorm(d_model), Linear(d_model, vocab))

@@ -90,7 +90,7 @@ class Phases:
             tensors = split(half, [self.shapes[k] for k in keys])
         params: dict = {}
         for k, t in zip(keys, tensors):
-            index, name = k.split(".")
+            index, name = k.split(".", 1)
             params.setdefault(int(index), {})[name] = t
         return params
 

@@ -196,8 +196,10 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
 
     accumulators = {}
     for key, shape in model.param_shapes().items():
-        st = stage_of(stages, int(key.split(".")[0]))
-        acc = st.graph.add_variable(x.dtype, list(shape), f"grad_sum/{key}")
+        index, name = key.split(".", 1)
+        st = stage_of(stages, int(index))       # gradients come in the weights' type
+        acc = st.graph.add_variable(params[int(index)][name].dtype, list(shape),
+                                    f"grad_sum/{key}")
         poputil.map_tensor_linearly(st.graph, acc)
         accumulators[key] = acc
     if accumulators:

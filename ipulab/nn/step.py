@@ -14,8 +14,14 @@ write/adam/m, write/adam/v and write/adam/step; adamw/..., lamb/...), made by th
 off chip the remote buffers sgd/velocity, adam/m, ... instead (the step count stays on chip);
 write/dropout/seed with Dropout. FIFOs: <prefix>/x,
 <prefix>/labels, <prefix>/loss, <prefix>/correct (and eval/predictions), prefix train or eval.
+
+A model whose output has a score per position (samples (S, classes), e.g. a GPT's (S, V))
+takes a target per position: labels [B, S], the loss is the mean over all B * S positions
+and correct counts positions. A model starting with nn.Embedding takes INT token ids.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .. import popnn, popops, poputil
 from ..errors import GraphError
@@ -41,10 +47,13 @@ class StepGraph:
 
     def __init__(self, model, target, config, sample_shape: tuple, cuts):
         shapes = model.shapes(sample_shape)
-        if len(shapes[-1]) != 1:
+        if len(shapes[-1]) not in (1, 2):
             raise GraphError(f"the model must end with class scores of shape (classes,), e.g. "
-                             f"nn.Linear(..., 10); it gives {shapes[-1]} per sample")
-        self.model, self.config, self.classes = model, config, shapes[-1][0]
+                             f"nn.Linear(..., 10), or one per position (positions, classes); "
+                             f"it gives {shapes[-1]} per sample")
+        self.model, self.config, self.classes = model, config, shapes[-1][-1]
+        self.targets = shapes[-1][:-1]          # () or (S,): a label per position
+        self.positions = int(np.prod(self.targets))
         self.g = g = Graph(target, replication_factor=config.replicas)   # one replica's graph
         t = config.tensor_parallel
         self.stages = None if cuts is None else \
@@ -52,8 +61,8 @@ class StepGraph:
         self.group = g if t == 1 or self.stages else \
             g.create_virtual_graph(0, t * g.target.tiles_per_ipu)     # the IPUs of the shards
         dt, B = config.dtype, config.batch_size
-        self.x = g.add_variable(dt, [B, *sample_shape], "input")
-        self.labels = g.add_variable(INT, [B], "labels")
+        self.x = g.add_variable(INT if model.takes_tokens else dt, [B, *sample_shape], "input")
+        self.labels = g.add_variable(INT, [B, *self.targets], "labels")
         poputil.map_tensor_linearly(self.home(0), self.x)
         poputil.map_tensor_linearly(self.home(len(model) - 1), self.labels)
         self.params, self.weights = {}, {}
@@ -78,7 +87,7 @@ class StepGraph:
         """The weights as variables where their layers live (host handles unless RTS)."""
         g, cfg = self.g, self.config
         for key, shape in shapes.items():
-            index, name = key.split(".")
+            index, name = key.split(".", 1)
             w = g.add_variable(FLOAT, list(shape), key)
             if cfg.tensor_parallel > 1:
                 tensor_parallel.map_weight(self.home(int(index)), w, cfg.tensor_parallel)
@@ -104,14 +113,14 @@ class StepGraph:
             half = popops.cast(self.g, flat([self.weights[k] for k in keys]), HALF, seq,
                                "weights/to_half")
             for key, t in zip(keys, split(half, [self.weights[k].shape for k in keys])):
-                index, name = key.split(".")
+                index, name = key.split(".", 1)
                 self.params[int(index)][name] = t
         return seq
 
     def _fifos(self, prefix: str, outputs):
-        g, B = self.g, self.config.batch_size
-        ins = (g.add_host_to_device_fifo(f"{prefix}/x", self.config.dtype, self.x.num_elements()),
-               g.add_host_to_device_fifo(f"{prefix}/labels", INT, B))
+        g = self.g
+        ins = (g.add_host_to_device_fifo(f"{prefix}/x", self.x.dtype, self.x.num_elements()),
+               g.add_host_to_device_fifo(f"{prefix}/labels", INT, self.labels.num_elements()))
         return ins, [g.add_device_to_host_fifo(f"{prefix}/{name}", dtype, n)
                      for name, dtype, n in outputs]
 
@@ -131,7 +140,7 @@ class StepGraph:
         ins, (f_loss, f_correct) = self._fifos("train", [("loss", FLOAT, 1), ("correct", INT, 1)])
         cfg, g = self.config, self.g
         train = self._batch_in("training step", ins)
-        grad_scale = cfg.scale / cfg.global_batch_size
+        grad_scale = cfg.scale / (cfg.global_batch_size * self.positions)
         self.forward = None
         if self.stages:
             body = prog.Sequence(name="pipeline")
@@ -197,9 +206,9 @@ class StepGraph:
     def evaluation_program(self):
         """The evaluation step: the training step's forward when nothing differs (no Dropout,
         no pipeline), else a forward of its own (micro-batched through a pipeline)."""
-        B = self.config.batch_size
         ins, (e_loss, e_correct, e_pred) = self._fifos("eval", [
-            ("loss", FLOAT, 1), ("correct", INT, 1), ("predictions", INT, B)])
+            ("loss", FLOAT, 1), ("correct", INT, 1),
+            ("predictions", INT, self.labels.num_elements())])
         ev = self._batch_in("evaluation step", ins)
         if self.forward is not None and self.seed is None:
             ev.add(self.forward)
@@ -215,6 +224,8 @@ class StepGraph:
                 logits, _ = self._forward(ev, train=False, prefix="eval/")
             loss = popnn.calc_loss(self.home(len(self.model) - 1), logits, self.labels, ev,
                                    name="eval/loss", num_correct=True)
+        if self.targets:                                # a prediction per position
+            logits = logits.flatten(0, 2)
         pred = popnn.arg_max(self.g, logits, ev, "predictions")
         ev.add(prog.Copy(loss.loss.reshape([1]), e_loss))
         ev.add(prog.Copy(loss.num_correct.reshape([1]), e_correct))

@@ -20,15 +20,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DataError, EngineError, GraphError, TileMemoryError
+from ..errors import ConfigError, DataError, EngineError, GraphError, TileMemoryError
 from ..poplar import Engine
 from .config import TrainConfig
+from .layers import Conv2d, Linear
 from .model import Sequential, check_weights
 from .optim import create as create_optimizer
 from .step import EVAL, TRAIN, StepGraph
 
-# A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias"
-_LAYER = re.compile(r"(?:^|/)(\d+)\.(?:weight|bias|[A-Z]\w*/)")
+# A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias",
+# "2.self_attn.in_proj_weight"
+_LAYER = re.compile(r"(?:^|/)(\d+)\.(?:weight|bias|[A-Z]\w*/|[a-z_]\w*\.)")
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
@@ -51,6 +53,16 @@ def _config(config, options: dict) -> TrainConfig:
         raise GraphError(f"Trainer: give the options as keywords or as config=, not both "
                          f"({', '.join(changed)} given with config=)")
     return config
+
+
+def _check_tensor_parallel(model, t: int) -> None:
+    """tensor_parallel splits Conv2d and Linear layers only (as yet): ConfigError naming the
+    first other layer with weights."""
+    other = next((i for i, layer in enumerate(model.layers) if layer.param_names and
+                  not isinstance(layer, (Conv2d, Linear))), None)
+    if t > 1 and other is not None:
+        raise ConfigError("tensor_parallel", f"splits Conv2d and Linear layers; layer {other} "
+                          f"({model[other]!r}) cannot be split yet", t)
 
 
 class Trainer:
@@ -91,6 +103,7 @@ class Trainer:
                              f"{type(device).__name__}")
         self.config = config.resolve(device.target)
         self.config.check(len(model), device.target)
+        _check_tensor_parallel(model, self.config.tensor_parallel)
         self.model, self.device = model, device
         self.optimizer = create_optimizer(self.config)
         self.options = dict(options or {})
@@ -98,7 +111,7 @@ class Trainer:
             model.reset_parameters(self.config.seed)
         self.history = {"loss": [], "accuracy": [], "cycles": [], "images_per_second": []}
         self.graph = self.engine = self.sharded = self.phases = None
-        self.input_shape = None
+        self.input_shape, self.targets = None, ()
         self.step_profile = None       # the Profile of the first training step run
         if input_shape is not None:
             self._build(tuple(int(s) for s in input_shape))
@@ -114,6 +127,7 @@ class Trainer:
     num_stages = property(lambda self: self.config.num_stages)
     global_batch_size = property(lambda self: self.config.global_batch_size)
     dtype = property(lambda self: self.config.dtype)
+    positions = property(lambda self: int(np.prod(self.targets)))   # labels per sample
     lr = property(lambda self: self.optimizer.lr)
     momentum = property(lambda self: self.config.momentum)
 
@@ -151,6 +165,7 @@ class Trainer:
         engine.load(self.device)
         self.graph, self.engine, self.input_shape = step.g, engine, sample_shape
         self.classes, self.sharded, self.phases = step.classes, step.sharded, step.phases
+        self.targets = step.targets           # () or (S,): a label per sample or per position
         self._write_weights(self.model.state_dict())
         if step.seed is not None:
             self._write("write/dropout/seed", np.array(
@@ -216,7 +231,14 @@ class Trainer:
             self._write(f"write/{name}", np.zeros(t.num_elements(), np.float32))
 
     # --- data ---------------------------------------------------------------------------------
+    @property
+    def _host_dtype(self):
+        """The host type of a batch: int32 token ids, or the activations' type."""
+        return np.int32 if self.model.takes_tokens else self.dtype.host
+
     def _images(self, x, what: str) -> np.ndarray:
+        if self.model.takes_tokens:
+            return self._tokens(x, what)
         try:
             x = np.ascontiguousarray(x, dtype=np.float32)
         except (TypeError, ValueError):
@@ -229,11 +251,32 @@ class Trainer:
             raise DataError(f"{what}: images hold inf or nan")
         return x
 
+    def _tokens(self, x, what: str) -> np.ndarray:
+        """Token ids for a model starting with nn.Embedding: int [n, S], each id a row of
+        its table (DataError naming the layer and the first id out of range)."""
+        x = np.asarray(x)
+        if x.dtype.kind not in "ui" or x.ndim < 2 or len(x) == 0:
+            raise DataError(f"{what}: the model starts with {self.model[0]!r}, so samples are "
+                            f"integer token ids of shape (n, positions) with n >= 1, not "
+                            f"{x.dtype} of shape {list(x.shape)}")
+        vocab = self.model[0].num_embeddings
+        bad = np.flatnonzero((x < 0) | (x >= vocab))
+        if bad.size:
+            where = np.unravel_index(bad[0], x.shape)
+            raise DataError(f"{what}: token id {x[where]} at {list(map(int, where))} is out of "
+                            f"range for layer 0 ({self.model[0]!r}): ids must be in "
+                            f"0..{vocab - 1}")
+        self._ensure_built(x.shape[1:], what)
+        return x.astype(np.int32)
+
     def _labels(self, y, n: int, what: str) -> np.ndarray:
         y = np.asarray(y)
-        if y.shape != (n,) or y.dtype.kind not in "ui":
-            raise DataError(f"{what}: labels must be {n} integers (one per image), not "
-                            f"{y.dtype} of shape {list(y.shape)}")
+        shape = (n, *self.targets)
+        if y.shape != shape or y.dtype.kind not in "ui":
+            each = "one per image" if not self.targets else \
+                f"one per position: shape {list(shape)}"
+            raise DataError(f"{what}: labels must be {int(np.prod(shape))} integers ({each}), "
+                            f"not {y.dtype} of shape {list(y.shape)}")
         if y.size and (y.min() < 0 or y.max() >= self.classes):
             raise DataError(f"{what}: labels must be class indices in 0..{self.classes - 1}, "
                             f"found {y.min()}..{y.max()}")
@@ -269,7 +312,7 @@ class Trainer:
             take = order[:steps * gb]
             losses = np.zeros(steps * self.replicas, np.float32)
             correct = np.zeros(steps * self.replicas, np.int32)
-            e.connect_stream("train/x", np.ascontiguousarray(x[take], self.dtype.host))
+            e.connect_stream("train/x", np.ascontiguousarray(x[take], self._host_dtype))
             e.connect_stream("train/labels", np.ascontiguousarray(y[take]))
             e.connect_stream("train/loss", losses)
             e.connect_stream("train/correct", correct)
@@ -282,7 +325,7 @@ class Trainer:
                     r = slice(step * self.replicas, (step + 1) * self.replicas)
                     if callback(self, epoch, step, steps,
                                 float(losses[r].astype(np.float64).mean()),
-                                float(correct[r].sum()) / gb) is False:
+                                float(correct[r].sum()) / (gb * self.positions)) is False:
                         stop, done = True, (step + 1) * self.replicas
                         losses, correct = losses[:done], correct[:done]
                         break
@@ -294,13 +337,13 @@ class Trainer:
 
     def _record(self, losses, correct) -> None:
         """One history entry per step; each replica reported its own batch's mean loss and
-        correct count (all batches have batch_size samples)."""
+        correct count (all batches have batch_size samples; accuracy per position)."""
         gb, cycles = self.global_batch_size, self.step_profile.total_cycles
         losses = self._per_step(losses.astype(np.float64)).mean(1)
         correct = self._per_step(correct).sum(1)
         h = self.history
         h["loss"] += [float(v) for v in losses]
-        h["accuracy"] += [float(c) / gb for c in correct]
+        h["accuracy"] += [float(c) / (gb * self.positions) for c in correct]
         h["cycles"] += [cycles] * len(losses)
         h["images_per_second"] += [gb * self.device.target.clock_hz / cycles] * len(losses)
 
@@ -309,39 +352,42 @@ class Trainer:
         """Run the evaluation program over x in global batches (the last one padded with
         label -1, which calc_loss counts as neither loss nor correct): (predictions, summed
         loss, correct count)."""
-        n, B, gb = len(x), self.batch_size, self.global_batch_size
+        n, B, gb, P = len(x), self.batch_size, self.global_batch_size, self.positions
         steps = -(-n // gb)
         pad = steps * gb - n
         if pad:
-            x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], np.float32)])
-            labels = np.concatenate([labels, np.full(pad, -1, np.int32)])
+            x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
+            labels = np.concatenate([labels, np.full((pad, *labels.shape[1:]), -1, np.int32)])
         losses = np.zeros(steps * self.replicas, np.float32)
         correct = np.zeros(steps * self.replicas, np.int32)
-        pred = np.zeros(steps * gb, np.int32)
+        pred = np.zeros(steps * gb * P, np.int32)
         e = self.engine
-        e.connect_stream("eval/x", np.ascontiguousarray(x, self.dtype.host))
+        e.connect_stream("eval/x", np.ascontiguousarray(x, self._host_dtype))
         e.connect_stream("eval/labels", np.ascontiguousarray(labels))
         e.connect_stream("eval/loss", losses)
         e.connect_stream("eval/correct", correct)
         e.connect_stream("eval/predictions", pred)
         for _ in range(steps):
             e.run(EVAL)
-        # each batch's loss is the mean over B (padding counts zero): back to a sum
-        return pred[:n].astype(np.int64), float(np.sum(losses.astype(np.float64) * B)), \
-            int(correct.sum())
+        # each batch's loss is the mean over B (x P positions; padding counts zero): a sum
+        return pred[:n * P].reshape(n, *self.targets).astype(np.int64), \
+            float(np.sum(losses.astype(np.float64) * B * P)), int(correct.sum())
 
     def evaluate(self, x, y) -> Evaluation:
         """(accuracy, loss) over (x, y): the fraction classified right and the mean
-        softmax cross-entropy, computed on the device without Dropout."""
+        softmax cross-entropy (per position for a model with a label per position),
+        computed on the device without Dropout."""
         x = self._images(x, "evaluate")
         y = self._labels(y, len(x), "evaluate")
         _, loss_sum, correct = self._evaluate(x, y)
-        return Evaluation(correct / len(x), loss_sum / len(x))
+        n = len(x) * self.positions
+        return Evaluation(correct / n, loss_sum / n)
 
     def predict(self, x) -> np.ndarray:
-        """The predicted class of each image (int64), computed on the device."""
+        """The predicted class of each image (int64), computed on the device; [n, S] for a
+        model with a label per position (a token per position)."""
         x = self._images(x, "predict")
-        pred, _, _ = self._evaluate(x, np.full(len(x), -1, np.int32))
+        pred, _, _ = self._evaluate(x, np.full((len(x), *self.targets), -1, np.int32))
         return pred
 
     # --- weights and profile -------------------------------------------------------------------

@@ -3,6 +3,10 @@
     loss, grad = popnn.calc_loss(g, logits, labels, seq)                  # mean loss, dL/dlogits
     r = popnn.calc_loss(g, logits, labels, seq, num_correct=True)
     r.loss, r.grad, r.per_sample, r.num_correct          # r itself unpacks as (loss, grad)
+    r = popnn.calc_loss(g, logits_bsv, tokens_bs, seq)   # per token: [B, S, V] against [B, S]
+
+With token logits [B, S, V] and labels [B, S], every token is a sample: the mean is over all
+B * S tokens (PyTorch's cross_entropy over logits.view(-1, V)) and num_correct counts tokens.
 
 One compute set of SoftmaxCrossEntropy vertices does the per-sample work where each row of
 logits lives (rows mapped as in popnn._common: a row to the tile holding its middle), in
@@ -119,9 +123,9 @@ def _check(graph, logits, labels, seq, loss_type, what):
         raise GraphError(f"{what}: unknown loss type {loss_type!r}; ipulab has "
                          f"{', '.join(LOSS_TYPES)} (logits in, softmax applied inside)")
     check_float(logits, what)
-    if logits.rank != 2 or labels.shape != logits.shape[:1]:
-        raise GraphError(f"{what}: logits must be [B, C] and labels [B], not "
-                         f"{list(logits.shape)} and {list(labels.shape)}")
+    if logits.rank not in (2, 3) or labels.shape != logits.shape[:-1]:
+        raise GraphError(f"{what}: logits must be [B, C] and labels [B] (or tokens: [B, S, C] "
+                         f"and [B, S]), not {list(logits.shape)} and {list(labels.shape)}")
     if labels.dtype != INT:
         raise GraphError(f"{what}: labels '{labels.name}' are {labels.dtype}; calc_loss takes "
                          "INT labels (popops.cast first)")
@@ -133,15 +137,20 @@ def _check(graph, logits, labels, seq, loss_type, what):
 def calc_loss(graph, logits, labels, seq, loss_type: str = "softmax_cross_entropy",
               name: str = "", num_correct: bool = False,
               grad_scale: float | None = None) -> LossResult:
-    """Softmax cross-entropy of logits [B, C] (FLOAT or HALF) against INT labels [B].
+    """Softmax cross-entropy of logits [B, C] (FLOAT or HALF) against INT labels [B], or of
+    token logits [B, S, C] against INT labels [B, S] (each token a sample).
 
-    Returns (loss, grad): the mean loss over the batch (FLOAT scalar) and its gradient with
-    respect to the logits ([B, C], logits' type, mapped row by row like the logits). The
-    result also has .per_sample (FLOAT [B]) and, with num_correct=True, .num_correct (INT
-    scalar: how many samples have argmax == label; ties go to the first class)."""
+    Returns (loss, grad): the mean loss over the samples (FLOAT scalar) and its gradient with
+    respect to the logits (logits' shape and type, mapped row by row like the logits). The
+    result also has .per_sample (FLOAT, labels' shape) and, with num_correct=True,
+    .num_correct (INT scalar: how many samples have argmax == label; ties go to the first
+    class)."""
     name = name or "loss"
     what = f"calc_loss '{name}'"
     _check(graph, logits, labels, seq, loss_type, what)
+    tokens = logits.shape if logits.rank == 3 else None
+    if tokens:                                   # every token a sample
+        logits, labels = logits.flatten(0, 2), labels.flatten()
     B, C = logits.shape
     scale = 1.0 / B if grad_scale is None else float(grad_scale)
     grad = graph.add_variable(logits.dtype, [B, C], f"{name}/grad")
@@ -165,4 +174,6 @@ def calc_loss(graph, logits, labels, seq, loss_type: str = "softmax_cross_entrop
     mean = popops.map(graph, _1 / float(B), [total], seq, f"{name}/mean")
     count = popops.reduce(graph, correct, [0], "add", seq, f"{name}/num_correct") \
         if num_correct else None
+    if tokens:
+        grad, per_sample = grad.reshape(list(tokens)), per_sample.reshape(list(tokens[:-1]))
     return LossResult(mean, grad, per_sample, count)

@@ -6,13 +6,17 @@ lives). Softmax over the last dimension is built from popops too:
     softmax          e = exp(x);            s = reduce_add(e, last);  y = e / s
     softmax_stable   m = reduce_max(x, last); e = exp(x - m); s = reduce_add(e); y = e / s
 
-GELU is the tanh approximation PopLibs uses:
-    gelu(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+GELU is exact, as PyTorch's default (nn.GELU()); "gelu_tanh" is the tanh approximation
+(PyTorch's approximate="tanh", and what PopLibs' GELU computes); on HALF data the exact one
+is computed in float32 and rounded once:
+    gelu(x)      = 0.5 x (1 + erf(x / sqrt(2)))
+    gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
 
 Gradients follow PopLibs: they are computed from the forward OUTPUT `out` for relu, sigmoid,
 tanh and both softmaxes (relu' = out > 0, sigmoid' = out (1 - out), tanh' = 1 - out^2, softmax:
-out * (grad - sum(grad * out, last))). GELU's derivative needs the input, so for "gelu" pass
-the forward INPUT as `act`.
+out * (grad - sum(grad * out, last))). GELU's derivative needs the input, so for both GELUs pass
+the forward INPUT as `act`:
+    gelu'(x) = 0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import enum
 import math
 
 from ..errors import GraphError
-from ..poplar import Tensor
+from ..poplar import FLOAT, HALF, Tensor
 from ..poplar import program as prog
 from .. import popops
 from ..popops import expr as E
@@ -29,6 +33,8 @@ from ._common import check_float
 
 GELU_A = 0.044715
 GELU_C = math.sqrt(2.0 / math.pi)
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 class NonLinearityType(enum.Enum):
@@ -38,6 +44,7 @@ class NonLinearityType(enum.Enum):
     SIGMOID = "sigmoid"
     TANH = "tanh"
     GELU = "gelu"
+    GELU_TANH = "gelu_tanh"
     SOFTMAX = "softmax"
     SOFTMAX_STABLE = "softmax_stable"
 
@@ -57,7 +64,7 @@ class NonLinearityType(enum.Enum):
 
 
 def _gelu_inner(x):
-    """tanh(sqrt(2/pi) (x + 0.044715 x^3)), the expression GELU and its gradient share."""
+    """tanh(sqrt(2/pi) (x + 0.044715 x^3)), the expression gelu_tanh and its gradient share."""
     return E.tanh(GELU_C * (x + GELU_A * x * x * x))
 
 
@@ -65,18 +72,31 @@ FORWARD = {
     NonLinearityType.RELU: E.maximum(_1, 0),
     NonLinearityType.SIGMOID: E.sigmoid(_1),
     NonLinearityType.TANH: E.tanh(_1),
-    NonLinearityType.GELU: 0.5 * _1 * (1 + _gelu_inner(_1)),
+    NonLinearityType.GELU: 0.5 * _1 * (1 + E.erf(_1 * INV_SQRT2)),
+    NonLinearityType.GELU_TANH: 0.5 * _1 * (1 + _gelu_inner(_1)),
 }
 
-# _1 is `act` (the forward output; the input for GELU), _2 the gradient of the output
+# _1 is `act` (the forward output; the input for the GELUs), _2 the gradient of the output
 _T = _gelu_inner(_1)
 GRADIENT = {
     NonLinearityType.RELU: E.select(_2, 0, _1 > 0),
     NonLinearityType.SIGMOID: _2 * _1 * (1 - _1),
     NonLinearityType.TANH: _2 * (1 - _1 * _1),
-    NonLinearityType.GELU: _2 * (0.5 * (1 + _T) + 0.5 * _1 * (1 - _T * _T) * GELU_C
-                                 * (1 + 3 * GELU_A * _1 * _1)),
+    NonLinearityType.GELU: _2 * (0.5 * (1 + E.erf(_1 * INV_SQRT2))
+                                 + _1 * E.exp(-0.5 * _1 * _1) * INV_SQRT_2PI),
+    NonLinearityType.GELU_TANH: _2 * (0.5 * (1 + _T) + 0.5 * _1 * (1 - _T * _T) * GELU_C
+                                      * (1 + 3 * GELU_A * _1 * _1)),
 }
+
+
+def _expression(table, nl, dtype):
+    """nl's expression from table; the exact GELU on HALF data is computed in float32 and
+    rounded once (its erf and exp would otherwise be rounded to half at every step)."""
+    e = table[nl]
+    if nl is NonLinearityType.GELU and dtype == HALF:
+        floats = {n: E.cast(E.placeholder(n), FLOAT) for n in e.placeholders()}
+        return E.cast(E.substitute(e, floats), HALF)
+    return e
 
 
 def _check(graph, t, seq, what):
@@ -113,14 +133,15 @@ def _softmax(graph, nl, t, seq, name, in_place):
 
 
 def non_linearity(graph, nl, t, seq, name: str = "") -> Tensor:
-    """A new tensor: nl ("relu", "sigmoid", "tanh", "gelu", "softmax", "softmax_stable" or a
-    NonLinearityType) applied to t, mapped like t. Softmaxes are over the last dimension."""
+    """A new tensor: nl ("relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "softmax",
+    "softmax_stable" or a NonLinearityType) applied to t, mapped like t. Softmaxes are over the
+    last dimension."""
     nl = NonLinearityType.parse(nl)
     name = name or nl.value
     _check(graph, t, seq, f"non_linearity '{name}'")
     if nl.is_softmax:
         return _softmax(graph, nl, t, seq, name, in_place=False)
-    return popops.map(graph, FORWARD[nl], [t], seq, name)
+    return popops.map(graph, _expression(FORWARD, nl, t.dtype), [t], seq, name)
 
 
 def non_linearity_in_place(graph, nl, t, seq, name: str = "") -> None:
@@ -131,7 +152,7 @@ def non_linearity_in_place(graph, nl, t, seq, name: str = "") -> None:
     if nl.is_softmax:
         _softmax(graph, nl, t, seq, name, in_place=True)
     else:
-        popops.map_in_place(graph, FORWARD[nl], [t], seq, name)
+        popops.map_in_place(graph, _expression(FORWARD, nl, t.dtype), [t], seq, name)
 
 
 def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") -> Tensor:
@@ -139,7 +160,8 @@ def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") 
     output, mapped like act.
 
     act is the forward OUTPUT for relu, sigmoid, tanh, softmax and softmax_stable (as in
-    PopLibs), and the forward INPUT for gelu (its derivative is not a function of its output).
+    PopLibs), and the forward INPUT for gelu and gelu_tanh (their derivative is not a function
+    of their output).
     """
     nl = NonLinearityType.parse(nl)
     name = name or f"{nl.value}_grad"
@@ -150,7 +172,8 @@ def non_linearity_input_gradient(graph, nl, act, out_grad, seq, name: str = "") 
         raise GraphError(f"{what}: act '{act.name}' {list(act.shape)} {act.dtype} and out_grad "
                          f"'{out_grad.name}' {list(out_grad.shape)} {out_grad.dtype} must match")
     if not nl.is_softmax:
-        return popops.map(graph, GRADIENT[nl], [act, out_grad], seq, name)
+        return popops.map(graph, _expression(GRADIENT, nl, act.dtype), [act, out_grad], seq,
+                          name)
     if act.rank == 0:
         raise GraphError(f"{what}: softmax is over the last dimension; '{act.name}' is a scalar")
     # dL/dx = y * (g - sum(g * y, last))

@@ -57,6 +57,11 @@ def f_sigmoid(x):
 
 
 @njit(cache=True)
+def f_erf(x):
+    return math.erf(x)
+
+
+@njit(cache=True)
 def f_pow(x, y):
     return x ** y
 
@@ -74,7 +79,8 @@ def i_div(a, b):
 # __ipulab_globals__: these names are all this module's, so the codelet disk cache can rebuild
 # a generated compute in a file of its own (poplar/codelet_cache.py)
 NAMESPACE = {"__ipulab_globals__": __name__, "np": np, "math": math, "to_half": to_half, "f_exp": f_exp, "f_log": f_log,
-             "f_sqrt": f_sqrt, "f_tanh": f_tanh, "f_sigmoid": f_sigmoid, "f_pow": f_pow,
+             "f_sqrt": f_sqrt, "f_tanh": f_tanh, "f_sigmoid": f_sigmoid, "f_erf": f_erf,
+             "f_pow": f_pow,
              "i_div": i_div, "Vertex": Vertex, "Input": Input, "Output": Output,
              "InOut": InOut, "Vector": Vector, "VectorList": VectorList,
              **{t.name: t for t in T.TYPES}}

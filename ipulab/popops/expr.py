@@ -25,7 +25,7 @@ BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "
                   "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!=", "and": "&",
                   "or": "|"}
 BINARY_FUNCTIONS = ("max", "min")
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "square", "not")
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "tanh", "sigmoid", "erf", "square", "not")
 
 
 class Expr:
@@ -145,14 +145,15 @@ def _unary(op: str):
     return fn
 
 
-exp, log, sqrt, tanh, sigmoid, square = (_unary(op) for op in
-                                         ("exp", "log", "sqrt", "tanh", "sigmoid", "square"))
+exp, log, sqrt, tanh, sigmoid, erf, square = (
+    _unary(op) for op in ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "square"))
 neg, logical_not = _unary("neg"), _unary("not")
 exp.__doc__ = "e ** x, in float."
 log.__doc__ = "Natural logarithm (-inf at 0, nan below), in float."
 sqrt.__doc__ = "Square root (nan below 0), in float."
 tanh.__doc__ = "Hyperbolic tangent, in float."
 sigmoid.__doc__ = "1 / (1 + exp(-x)), in float."
+erf.__doc__ = "The error function (2 / sqrt(pi)) * integral of exp(-t^2) from 0 to x, in float."
 square.__doc__ = "x * x."
 
 
@@ -209,6 +210,6 @@ def __getattr__(name: str) -> Expr:
 
 
 __all__ = ["Expr", "placeholder", "substitute", "const", "as_expr", "exp", "log", "sqrt",
-           "tanh", "sigmoid", "square", "neg", "abs", "maximum", "minimum", "max", "min", "pow",
-           "logical_and", "logical_or", "logical_not", "select", "cast",
+           "tanh", "sigmoid", "erf", "square", "neg", "abs", "maximum", "minimum", "max", "min",
+           "pow", "logical_and", "logical_or", "logical_not", "select", "cast",
            "_1", "_2", "_3", "_4", "_5", "_6", "_7", "_8", "_9"]

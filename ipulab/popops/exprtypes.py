@@ -50,7 +50,7 @@ def promote(a: Ty, b: Ty) -> Ty:
 ARITHMETIC = ("add", "sub", "mul", "div", "neg", "square")
 COMPARE = ("lt", "gt", "le", "ge", "eq", "ne")
 LOGIC = ("and", "or", "not")
-FLOAT_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "pow")
+FLOAT_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "sigmoid", "erf", "pow")
 
 
 def operand_type(op: str, common: Ty, where) -> object:

@@ -19,7 +19,7 @@ from . import exprtypes as X
 from .codegen import build_codelet, convert, literal, typed
 
 OP_CYCLES = {"div": 4, "idiv": 16, "pow": 20, "exp": 8, "log": 8, "sqrt": 6, "tanh": 10,
-             "sigmoid": 10}   # every other operation: 1
+             "sigmoid": 10, "erf": 12}   # every other operation: 1
 VECTOR_WIDTH = {T.FLOAT: 2, T.HALF: 4}
 ENTRY_CYCLES = 10
 
@@ -43,7 +43,7 @@ _ARITH = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "neg": "-{
           "abs": "abs({a})", "square": "{a} * {a}"}
 _COMPARE = {"lt": "<", "gt": ">", "le": "<=", "ge": ">=", "eq": "==", "ne": "!="}
 _FLOAT_FN = {"exp": "f_exp", "log": "f_log", "sqrt": "f_sqrt", "tanh": "f_tanh",
-             "sigmoid": "f_sigmoid"}
+             "sigmoid": "f_sigmoid", "erf": "f_erf"}
 
 
 class _Emitter:
