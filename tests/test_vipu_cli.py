@@ -199,3 +199,33 @@ def test_usage_errors_exit_2(vipu, args, words):
     assert vipu(*args)[0] == 2, err
     vipu("init", "--system", "pod16")
     assert vipu("create", "partition", "p", "--size", "12")[0] == 1
+
+
+def test_one_vocabulary_of_systems(tmp_path, capsys):
+    """`ipulab info`, `train`, `plan` and `vipu init` name systems alike (issue 22): every name
+    info lists is a train and plan system, every Pod of them (16 to 256 IPUs, Bow or M2000) a
+    V-IPU cluster; pod512 is none of them."""
+    from ipulab import arch, devices, plan
+    from ipulab.cli import build_parser
+    from ipulab.errors import PlanError
+
+    assert main(["info"]) == 0
+    info = capsys.readouterr().out
+    pods = [n for n, s in arch.SYSTEMS.items() if s.num_ipus >= 16]
+    assert pods == [f"{kind}pod{n}" for kind in ("", "m2000-") for n in (16, 32, 64, 128, 256)]
+    parser = build_parser()
+    for name in devices.SYSTEM_NAMES:
+        assert f"\n{name} " in info or f"{name} = " in info, name
+        assert parser.parse_args(["train", "--system", name]).system == name
+        assert plan.system_of(name) is devices.find_system(name)
+    for name in pods:
+        db = str(tmp_path / f"{name}.sqlite")
+        assert main(["vipu", "--db", db, "init", "--system", name]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    for bad in ("pod512", "pod12", "m2000-pod512"):
+        assert main(["train", "--system", bad]) == 2
+        with pytest.raises(PlanError, match="power of two from 16 to 256"):
+            plan.system_of(bad)
+        assert main(["vipu", "--db", str(tmp_path / "x.sqlite"), "init", "--system", bad]) == 1
+        assert main(["plan", "--model", "bert-large", "--system", bad]) == 2
+    assert "unknown Pod 'm2000-pod512'" in capsys.readouterr().err

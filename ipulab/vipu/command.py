@@ -102,7 +102,8 @@ def add_parser(subparsers) -> None:
     init = sub.add_parser("init", help="set up the cluster: a Pod and its allocations")
     _common(init, defaults=False)
     init.add_argument("--system", default="pod16",
-                      help="pod16, pod64, pod128, pod256 (Bow) or m2000-podN; default pod16")
+                      help="a Pod of `ipulab info`: pod16, pod32, pod64, pod128, pod256 "
+                      "(Bow-2000s) or m2000-pod16 ... m2000-pod256; default pod16")
     init.add_argument("--allocation", action="append", default=[], metavar="NAME=MACHINES[:USER]",
                       help=MACHINES_HELP)
     create = _object(sub, "create", "create a partition")

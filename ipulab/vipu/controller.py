@@ -68,17 +68,13 @@ def ignored_user(claimed: str, ctl) -> str:
 
 
 def pod_system(name: str) -> arch.System:
-    """A Pod of arch by name (pod16, pod64, m2000-pod16, ...), built of 4-IPU machines."""
-    s = arch.SYSTEMS.get(name)
-    if s is None and name.startswith("m2000-pod") and name[9:].isdigit():
-        try:
-            s = arch.pod(int(name[9:]), arch.ipu2)
-        except ValueError:
-            s = None
+    """A Pod of `ipulab info`'s systems by name (pod16 ... pod256, m2000-pod16 ...), built of
+    4-IPU machines."""
+    s = arch.SYSTEMS.get(name) if isinstance(name, str) else None
     if s is None or s.num_ipus < 16 or s.chip.name not in arch.POD_MACHINES:
-        pods = [n for n, x in arch.SYSTEMS.items() if n.startswith("pod")]
+        pods = [n for n, x in arch.SYSTEMS.items() if x.num_ipus >= 16]
         raise StateError(f"unknown Pod {name!r}: a V-IPU cluster is one of {', '.join(pods)} "
-                         "(or m2000-podN)")
+                         "(the Pods of `ipulab info`)")
     return s
 
 
