@@ -1,0 +1,37 @@
+"""`ipulab train --report` and `ipulab plan --report`: a path that cannot be written (a missing
+folder, a folder, a file in the way) is one line and exit code 2 before any work (issue 22)."""
+from __future__ import annotations
+
+import pytest
+
+from ipulab import cli
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any training or planning now is a failure: the check must come first."""
+    def work(*args, **kwargs):
+        raise AssertionError("work started before the report's path was checked")
+    monkeypatch.setattr(cli, "train_config", work)
+    monkeypatch.setattr(cli.plan_command, "run", work)
+
+
+@pytest.mark.parametrize("command", [["train"], ["plan", "--model", "bert-large"]])
+@pytest.mark.parametrize("where, words", [
+    ("missing/r.html", "missing does not exist"),
+    (".", "is a folder: give a file in it"),
+    ("file/r.html", "file is not a folder"),
+])
+def test_a_report_path_that_cannot_be_written(tmp_path, capsys, no_work, command, where, words):
+    (tmp_path / "file").write_text("in the way")
+    path = str(tmp_path / where)
+    assert cli.main([*command, "--report", path]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and words in err
+    assert err.startswith(f"ipulab {command[0]}: --report {path}")
+
+
+def test_a_writable_path_passes(tmp_path):
+    assert cli.report_problem(str(tmp_path / "r.html")) is None
+    (tmp_path / "old.html").write_text("replaced")
+    assert cli.report_problem(str(tmp_path / "old.html")) is None
