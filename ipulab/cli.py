@@ -297,9 +297,11 @@ def _train_parser(sub) -> None:
 
 
 def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, acc: float) -> str:
+    """The progress bar with the last step's batch loss and accuracy (labelled as the batch's,
+    in the format of the result table's test accuracy)."""
     done = PROGRESS_WIDTH * step // steps
     return (f"epoch {epoch}/{epochs} [{'#' * done}{'.' * (PROGRESS_WIDTH - done)}] "
-            f"{step}/{steps}  loss {loss:.4f}  accuracy {acc:.3f}")
+            f"{step}/{steps}  batch loss {loss:.4f}  batch accuracy {acc:.2%}")
 
 
 class UsageError(Exception):

@@ -1,5 +1,7 @@
-"""`ipulab train --report` and `ipulab plan --report`: a path that cannot be written (a missing
-folder, a folder, a file in the way) is one line and exit code 2 before any work (issue 22)."""
+"""What a newcomer tripped on at the command line (issue 22): `ipulab train --report` and
+`ipulab plan --report` with a path that cannot be written (a missing folder, a folder, a file in
+the way) are one line and exit code 2 before any work; the progress line labels its numbers as
+the batch's, in the result table's format."""
 from __future__ import annotations
 
 import pytest
@@ -35,3 +37,8 @@ def test_a_writable_path_passes(tmp_path):
     assert cli.report_problem(str(tmp_path / "r.html")) is None
     (tmp_path / "old.html").write_text("replaced")
     assert cli.report_problem(str(tmp_path / "old.html")) is None
+
+
+def test_the_progress_line_labels_the_batch_as_the_table_labels_the_test():
+    line = cli._progress(1, 5, 22, 22, 1.74712, 0.671875)
+    assert line.endswith("22/22  batch loss 1.7471  batch accuracy 67.19%")
