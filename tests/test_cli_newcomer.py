@@ -42,3 +42,13 @@ def test_a_writable_path_passes(tmp_path):
 def test_the_progress_line_labels_the_batch_as_the_table_labels_the_test():
     line = cli._progress(1, 5, 22, 22, 1.74712, 0.671875)
     assert line.endswith("22/22  batch loss 1.7471  batch accuracy 67.19%")
+
+
+def test_the_gpt3_search_table_is_readable(capsys):
+    """A p 64 mapping's layers list was 128 characters of the table's mapping column (165
+    wide): runs of a layer count are written once (1x32)."""
+    assert cli.main(["plan", "--model", "gpt3-175b", "--system", "pod256"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    mapping_width = len(lines[2].split("  ")[0])             # the dashes under "mapping"
+    assert mapping_width <= 70, lines[1]
+    assert any("p 64 [1x32,2x32]" in line for line in lines)
