@@ -138,8 +138,9 @@ class PlannerWidget(W.VBox):
             return
         self.estimate = e
         colour = "#2ca02c" if e.fits else "#d62728"
-        self.status.value = (f"<b style='color:{colour}'>{'fits' if e.fits else 'does not fit'}"
-                             f"</b> — {html.escape(e.mapping.label())}: {html.escape(e.reason)}; "
+        verdict, _, why = (e.reason if e.fits else f"does not fit: {e.reason}").partition(": ")
+        self.status.value = (f"<b style='color:{colour}'>{verdict}</b> — "
+                             f"{html.escape(e.mapping.label())}: {html.escape(why)}; "
                              f"{e.samples_per_second:,.1f} samples/s")
         self.figures.children = (
             bokeh_pane(memory_bars([s["kinds"] for s in e.memory], e.sram_bytes)),
