@@ -90,3 +90,16 @@ def test_the_widget_offers_what_notebook_11_asks_to_try(admin):
     assert admin.message.startswith("refused: partition 'sneak' of 2 IPUs: no allocation "
                                     "'ada-only' granted to user 'bob'")
     assert admin.partitions() == []
+
+
+def test_toggle_labels_sit_beside_their_buttons(admin):
+    """ipywidgets 8 draws a ToggleButtons' description above its buttons; the widgets lay
+    them out as a row (the browser test shows the page)."""
+    import ipywidgets as W
+
+    def toggles(w):
+        found = [w] if isinstance(w, W.ToggleButtons) else []
+        return found + [t for c in getattr(w, "children", ()) for t in toggles(c)]
+    found = toggles(admin) + toggles(ScheduleExplorer(CLASSIC, 16))
+    assert [t.description for t in found] == ["colour by", "policy"]
+    assert all((t.layout.display, t.layout.flex_flow) == ("flex", "row") for t in found)

@@ -13,7 +13,7 @@ import ipywidgets as W
 from .. import viz
 from ..errors import VipuError
 from ..vipu.scheduler import POLICIES, Scheduler, load_trace
-from ._common import bokeh_pane, esc, table
+from ._common import bokeh_pane, esc, table, toggle_buttons
 
 ANY = "(any)"
 
@@ -42,7 +42,7 @@ class PodAdmin(W.VBox):
         self.create = W.Button(description="Create partition", button_style="success")
         self.chosen = W.Dropdown(description="partition")
         self.remove = W.Button(description="Remove partition", button_style="danger")
-        self.color_by = W.ToggleButtons(options=["user", "partition"], description="colour by")
+        self.color_by = toggle_buttons(["user", "partition"], "colour by")
         self.status, self.listing = W.HTML(), W.HTML()
         self.message = ""                         # the status as plain text
         self.figure = self._figure()
@@ -141,8 +141,7 @@ class ScheduleExplorer(W.VBox):
 
     def __init__(self, jobs, num_ipus: int = 16, policy: str = "fifo"):
         self.jobs, self.num_ipus = load_trace(jobs), int(num_ipus)
-        self.policy = W.ToggleButtons(options=list(POLICIES), value=policy,
-                                      description="policy")
+        self.policy = toggle_buttons(list(POLICIES), "policy", value=policy)
         self.summary = W.HTML()
         self.schedule = Scheduler(self.num_ipus, policy).run(self.jobs)
         self.figure = self._figure()
