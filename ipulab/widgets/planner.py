@@ -17,7 +17,7 @@ from .. import nn, plan
 from ..errors import PlanError
 from ..plan.search import shard_shapes
 from ..viz.planner import memory_bars, time_breakdown
-from ._common import bokeh_pane
+from ._common import bokeh_pane, toggle_buttons
 
 
 def _shards(num_ipus: int) -> list[str]:
@@ -104,7 +104,7 @@ class PlannerWidget(W.VBox):
         self.phases = W.Dropdown(options=[1] + [k for k in (2, 4, 8, 12, 24, 48, 96)
                                                 if k <= spec.num_layers],
                                  value=1, description="phases")
-        self.state = W.ToggleButtons(options=["on-chip", "off-chip"], description="state")
+        self.state = toggle_buttons(["on-chip", "off-chip"], "state")
         self.status = W.HTML()
         self.figures = W.VBox()
         for c in (self.t, self.p, self.rts, self.phases, self.state):
