@@ -41,9 +41,10 @@ def partition_data(num_ipus: int, partitions, ipus_per_machine: int = 4,
 
 
 def integer_ticks(*axes) -> None:
-    """Ticks on whole numbers only (an IPU, a machine: never 0.5)."""
+    """Ticks on whole numbers only (an IPU, a machine: never 0.5), without minor ticks."""
     for axis in axes:
         axis.ticker = BasicTicker(min_interval=1)
+        axis.minor_tick_line_color = None
 
 
 def pod_partitions(num_ipus: int, partitions, *, ipus_per_machine: int = 4,
