@@ -355,6 +355,34 @@ def test_one_uid_cannot_take_every_thread(shared_dir):
         srv.close()
 
 
+def test_a_log_nobody_reads_costs_lines_not_answers(shared_dir, monkeypatch):
+    """The server's log is a pipe that no one drains (a test's or a service manager's): once
+    it is full the server drops log lines and goes on answering."""
+    import fcntl
+
+    from ipulab.vipu import server as server_module
+    monkeypatch.setattr(server_module, "LOG_BACKLOG", 5)
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    log = os.fdopen(write_end, "w")
+    srv = Server(shared_dir / "v.sock", shared_dir / "v.sqlite", log=log).open()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        ctl = vipu.connect(server=srv.socket_path)
+        ctl.init("pod16")
+        t0 = time.monotonic()
+        for _ in range(60):                           # 60 refusals, each a ~300-byte log line
+            with pytest.raises(errors.UnknownPartitionError):
+                ctl.remove_partition("nope")
+        assert time.monotonic() - t0 < 30
+    finally:
+        srv.stop()
+        t.join(10)
+        srv.close()
+        os.close(read_end)
+
+
 def test_server_refuses_a_socket_path_that_is_a_file(shared_dir):
     f = shared_dir / "not-a-socket"
     f.write_text("mine")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pwd
+import queue
 import re
 import signal
 import socket
@@ -36,6 +37,7 @@ from .state import default_path
 REQUEST_SECONDS = 10.0       # a client has this long to send its request (and read the reply)
 MAX_CLIENTS = 128            # connections served at once
 MAX_PER_UID = 32             # of them from one uid: one user cannot take every thread
+LOG_BACKLOG = 1000           # log lines waiting to be written; more are dropped, never waited for
 CHANGES = ("init", "create_partition", "remove_partition", "share")
 
 
@@ -76,6 +78,8 @@ class Server:
         self.uid = os.geteuid()
         self.admin = account(self.uid)
         self._log_file = log
+        self._log_lines: queue.Queue = queue.Queue(maxsize=LOG_BACKLOG)
+        self._logger: threading.Thread | None = None
         self._sock = self._lock_fd = self._inode = None
         self._stop = threading.Event()
         self._guard = threading.Lock()
@@ -200,6 +204,9 @@ class Server:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        deadline = time.monotonic() + 1.0             # the last lines out, if the log takes them
+        while self._log_lines.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def __enter__(self) -> "Server":
         return self if self._sock is not None else self.open()
@@ -332,11 +339,28 @@ class Server:
         return wire.partition_out(method(args["name"]))
 
     def log(self, line: str) -> None:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        """Queue one line for the log. A request never waits for it: a log nobody reads (a
+        full pipe) costs lines, not answers."""
+        if self._logger is None:
+            with self._guard:
+                if self._logger is None:
+                    self._logger = threading.Thread(target=self._write_log, daemon=True,
+                                                    name="vipu-log")
+                    self._logger.start()
         try:
-            print(f"{stamp} {line}", file=self._log_file or sys.stderr, flush=True)
-        except (OSError, ValueError):
+            self._log_lines.put_nowait(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}")
+        except queue.Full:
             pass
+
+    def _write_log(self) -> None:
+        while True:
+            line = self._log_lines.get()
+            try:
+                print(line, file=self._log_file or sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+            finally:
+                self._log_lines.task_done()
 
 
 def _brief(args: dict) -> str:
@@ -346,19 +370,20 @@ def _brief(args: dict) -> str:
 def serve(socket_path, db=None, log=None) -> int:
     """Run a server until SIGTERM or SIGINT (`ipulab vipu serve`); returns the exit code."""
     server = Server(socket_path, db, log=log)
-    server.open()
-    os.umask(0o077)                   # whatever the server makes from now on is its own
-    out = log or sys.stdout
-    for note in server.notes:
-        print(f"note: {note}", file=out, flush=True)
-    print(f"V-IPU server: state {server.db} (0600, {server.admin}'s), socket "
-          f"{server.socket_path} (0666); administrator {server.admin}; clients: ipulab vipu "
-          f"--server {server.socket_path} ...; SIGTERM or Ctrl-C stops it", file=out, flush=True)
 
     def stop(signum, _frame):
         server.stop()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        server.open()
+        os.umask(0o077)               # whatever the server makes from now on is its own
+        out = log or sys.stdout
+        for note in server.notes:
+            print(f"note: {note}", file=out, flush=True)
+        print(f"V-IPU server: state {server.db} (0600, {server.admin}'s), socket "
+              f"{server.socket_path} (0666); administrator {server.admin}; clients: ipulab "
+              f"vipu --server {server.socket_path} ...; SIGTERM or Ctrl-C stops it", file=out,
+              flush=True)
         server.serve_forever()
     finally:
         server.close()
@@ -366,4 +391,3 @@ def serve(socket_path, db=None, log=None) -> int:
             signal.signal(s, h)
     print("V-IPU server stopped", file=out, flush=True)
     return 0
-
