@@ -223,9 +223,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def report_problem(path: str) -> str | None:
+    """Why --report PATH could not be written (a folder, a missing folder, no permission), or
+    None: checked before any work, so a long run does not end in a traceback."""
+    target = Path(path).expanduser()
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        return f"--report {path} is a folder: give a file in it, e.g. {target / 'report.html'}"
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        return f"--report {path}: {folder} {what}"
+    if target.exists() and not os.access(target, os.W_OK):
+        return f"--report {path}: no permission to write {target}"
+    if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"--report {path}: no permission to write in {folder}"
+    return None
+
+
 def plan_main(args) -> int:
     """`ipulab plan` (ipulab.plan.command) with what only the top floor has: the course CNN
     (built with nn) as --model cnn, and the report's figures (viz)."""
+    if args.report and (problem := report_problem(args.report)):
+        print(f"ipulab plan: {problem}", file=sys.stderr)
+        return 2
     def cnn():
         from ipulab import nn, plan
         return plan.spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
@@ -293,9 +313,11 @@ def _train_parser(sub) -> None:
 
 def _progress(epoch: int, epochs: int, step: int, steps: int, loss: float, acc: float,
               what: str = "accuracy") -> str:
+    """The progress bar with the last step's batch loss and accuracy (labelled as the batch's,
+    in the format of the result table's test accuracy)."""
     done = PROGRESS_WIDTH * step // steps
     return (f"epoch {epoch}/{epochs} [{'#' * done}{'.' * (PROGRESS_WIDTH - done)}] "
-            f"{step}/{steps}  loss {loss:.4f}  {what} {acc:.3f}")
+            f"{step}/{steps}  batch loss {loss:.4f}  batch {what} {acc:.2%}")
 
 
 class UsageError(Exception):
@@ -416,6 +438,9 @@ def train_command(args) -> int:
     """`ipulab train`: build, train, evaluate, print the table (and write the report)."""
     from ipulab.errors import IpuLabError
 
+    if args.report and (problem := report_problem(args.report)):
+        print(f"ipulab train: {problem}", file=sys.stderr)
+        return 2
     try:
         config = train_config(args)
         trainer, (x_train, y_train, x_test, y_test) = _trainer(

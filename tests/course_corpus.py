@@ -589,7 +589,7 @@ wrong("ex11.place", WRONG_VALUE, "everything in the first allocation",
 
 _OUTCOMES = {"six": "PartitionSizeError", "eight": "NoFreeIpusError", "four": "created",
              "theirs": "AllocationError", "again": "PartitionNameError",
-             "remove": "PartitionOwnerError", "whole pod": "AllocationError"}
+             "remove": "UnknownPartitionError", "whole pod": "AllocationError"}
 wrong("ex11.refusal", MISCONCEPTION, "16 IPUs read as a bad size",
       "1 of 7 outcomes differ", "'whole pod': you said PartitionSizeError, the controller says "
       "AllocationError", "cannot span allocations")({**_OUTCOMES, "whole pod": "PartitionSizeError"})

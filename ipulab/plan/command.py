@@ -11,7 +11,9 @@ for input that cannot be (PlanError: t·p·r, powers of two, GA, phases, model d
 """
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import sys
 
 from ..errors import PlanError
@@ -83,9 +85,19 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     return doc, found
 
 
+def _short(label: str) -> str:
+    """A mapping's label for the table, a layers list as runs of 3 or more ([3,7x3],
+    [1x32,2x32]: not 128 characters of a p 64 list)."""
+    def runs(m):
+        groups = ((v, len(list(g))) for v, g in itertools.groupby(m.group(1).split(",")))
+        return "[" + ",".join(f"{v}x{n}" if n > 2 else ",".join([v] * n)
+                              for v, n in groups) + "]"
+    return re.sub(r"\[([\d,]+)\]", runs, label)
+
+
 def table(found) -> str:
     """The estimates as a text table: mapping, fits, peak MiB per IPU, samples/s, reason."""
-    rows = [(describe_run(e.mapping), "yes" if e.fits else "no",
+    rows = [(_short(describe_run(e.mapping)), "yes" if e.fits else "no",
              f"{e.peak_bytes_per_ipu / MB:,.{2 if e.peak_bytes_per_ipu < 10 * MB else 0}f}"
              if e.memory else "-",
              f"{e.samples_per_second:,.1f}", e.reason) for e in found]
