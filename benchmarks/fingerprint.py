@@ -76,6 +76,8 @@ RUNS = {
                      dict(batch_size=8, phases=3, momentum=0.9)),
     "mlp dropout pod16": (_mlp, lambda: ipulab.devices.pod(16, tiles_per_ipu=8),
                           dict(replicas=16, batch_size=4, lr=0.05)),
+    "cnn pod16 full 16x16 momentum": (nn.default_cnn, ipulab.devices.pod16,
+                                      dict(replicas=16, batch_size=16, lr=0.1, momentum=0.9)),
     "mlp tp2 pipeline r2 pod16": (_mlp, lambda: ipulab.devices.pod(16, tiles_per_ipu=8),
                                   dict(replicas=2, batch_size=8, tensor_parallel=2,
                                        pipeline=[3], micro_batches=2)),
@@ -126,8 +128,34 @@ def run_operations() -> dict:
             "profile": _profile_digest(e.profile())}
 
 
+def run_dot_compute_set(n_vertices: int = 5888, n: int = 256) -> dict:
+    """benchmarks/foundation.py's compute set: one vertex per row, dot products in float32
+    in index order, on a Bow-2000 (an unreplicated graph of many vertices)."""
+    from foundation import Dot
+    dev = ipulab.devices.bow2000()
+    g = poplar.Graph(dev.target)
+    a = g.add_variable(poplar.FLOAT, [n_vertices, n], "a")
+    b = g.add_variable(poplar.FLOAT, [n_vertices, n], "b")
+    out = g.add_variable(poplar.FLOAT, [n_vertices], "out")
+    cs = g.add_compute_set("dot")
+    for v in range(n_vertices):
+        tile = (7 * v) % dev.target.num_tiles
+        for t in (a[v], b[v], out[v]):
+            g.set_tile_mapping(t, tile)
+        g.add_vertex(cs, Dot, {"a": a[v], "b": b[(v + 1) % n_vertices], "out": out[v]},
+                     tile=tile)
+    g.create_host_write("a", a), g.create_host_write("b", b), g.create_host_read("out", out)
+    e = poplar.Engine(g, prog.Execute(cs))
+    e.load(dev)
+    rng = np.random.default_rng(3)
+    e.write_tensor("a", rng.standard_normal((n_vertices, n), dtype=np.float32))
+    e.write_tensor("b", rng.standard_normal((n_vertices, n), dtype=np.float32))
+    e.run()
+    return {"results": _digest(e.read_tensor("out")), "profile": _profile_digest(e.profile())}
+
+
 def fingerprint() -> dict:
-    out = {"operations": run_operations()}
+    out = {"operations": run_operations(), "dot compute set": run_dot_compute_set()}
     for name in RUNS:
         out[name] = run_training(name)
     return out
