@@ -174,10 +174,14 @@ def main(argv=None) -> int:
     if args.compare:
         with open(args.compare) as f:
             old = json.load(f)
-        changed = [k for k in sorted(set(old) | set(fp)) if old.get(k) != fp.get(k)]
+        new = sorted(set(fp) - set(old))       # runs added since that file was saved
+        changed = [k for k in sorted(old) if old.get(k) != fp.get(k)]
         for k in changed:
             print(f"CHANGED {k}:\n  before {old.get(k)}\n  after  {fp.get(k)}")
-        print(f"{len(fp) - len(changed)} of {len(fp)} runs bit-identical")
+        compared = len(old)
+        print(f"{compared - len(changed)} of {compared} runs bit-identical"
+              + (f" ({len(new)} more run(s) not in {args.compare}: {', '.join(new)})"
+                 if new else ""))
         return 1 if changed else 0
     if not args.save:
         print(text)

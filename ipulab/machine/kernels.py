@@ -226,15 +226,16 @@ def first_of_pairs(a, b):
 
 @njit(cache=True, nogil=True)
 def copy_runs_replicated(src, dst, src_start, dst_start, length, src_stride, dst_stride,
-                         replicas):
-    """copy_runs for every replica: replica i's run r is shifted by i * src_stride[r] and
-    i * dst_stride[r] (run by run, every replica's copy of a run one after another; the tables
-    are unsigned like copy_runs', so no index is checked for being negative)."""
+                         first, last):
+    """copy_runs for replicas first <= i < last: replica i's run r is shifted by
+    i * src_stride[r] and i * dst_stride[r] (run by run, every replica's copy of a run one
+    after another; the tables are unsigned like copy_runs', so no index is checked for being
+    negative)."""
     for r in range(length.shape[0]):
         n = length[r]
         s0, d0 = src_start[r], dst_start[r]
         ss, ds = src_stride[r], dst_stride[r]
-        for i in range(replicas):
+        for i in range(first, last):
             s = s0 + src_start.dtype.type(i) * ss
             d = d0 + dst_start.dtype.type(i) * ds
             if n <= 8:

@@ -11,11 +11,12 @@ no Python per vertex.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..errors import GraphError
-from ..machine import bsp
+from ..machine import bsp, lanes
 from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
 from ..machine.kernels import alias_slots, first_marked, first_repeat, row_hashes, slot_runs, \
@@ -220,7 +221,8 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post,
+                                    c.rep.r)
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)
@@ -477,18 +479,64 @@ class ComputeSetLowering:
 
 class ComputeAction:
     """What running a compute set's step does: exchange in, run the batches, round HALF
-    outputs, exchange out. (Plain data, so a compiled executable can be stored.)"""
+    outputs, exchange out. (Plain data, so a compiled executable can be stored.)
 
-    def __init__(self, pre: list, batches: list, half_out: dict, post: list):
+    With several lanes (state.lanes, lanes.py) and enough work, the parts run at once: on a
+    replicated graph each lane takes whole replicas through all four phases (replicas touch
+    only their own memory); otherwise each phase is cut into rows or runs, a phase ending
+    before the next begins. Either way every element gets the same bits as in order."""
+
+    def __init__(self, pre: list, batches: list, half_out: dict, post: list,
+                 replicas: int = 1):
         self.pre, self.batches, self.half_out, self.post = pre, batches, half_out, post
+        self.replicas = replicas
+        self.work = sum(p.num_elements for p, _ in pre + post) + sum(
+            int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
 
     def __call__(self, state) -> None:
+        n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        if n > 1 and self.replicas > 1:
+            n = min(n, self.replicas)
+            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, n))
+                       for i in range(n)])
+        elif n > 1:
+            arenas = state.arenas
+            for plans in (self.pre, None, self.post):
+                if plans is None:
+                    lanes.run([partial(self._rows, state, i, n) for i in range(n)])
+                    self._round_half(state, 0, 1)
+                elif plans:
+                    lanes.run([partial(run_plans_part, plans, arenas, i, n) for i in range(n)])
+        else:
+            self._replicas(state, 0, self.replicas)
+
+    def _replicas(self, state, lo: int, hi: int) -> None:
+        """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
+        arenas, r = state.arenas, self.replicas
         for plan, key in self.pre:
-            plan.run(state.arenas[key], state.arenas[key])
+            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
         for b in self.batches:
-            b.run(state.arenas, state.arenas_ro)
+            b.run_part(arenas, state.arenas_ro, lo * b.rows // r, hi * b.rows // r)
+        self._round_half(state, lo, hi)
+        for plan, key in self.post:
+            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
+
+    def _rows(self, state, i: int, n: int) -> None:
+        """Lane i of n's share of every batch's vertices."""
+        for b in self.batches:
+            b.run_part(state.arenas, state.arenas_ro, *lanes.share(b.rows, i, n))
+
+    def _round_half(self, state, lo: int, hi: int) -> None:
+        """HALF outputs of replicas lo <= i < hi rounded (every replica's block of the
+        addresses is the same size)."""
         for key, idx in self.half_out.items():
+            per = idx.size // self.replicas
+            idx = idx[lo * per:hi * per]
             a = state.arenas[key]
             a[idx] = round_half(a[idx])
-        for plan, key in self.post:
-            plan.run(state.arenas[key], state.arenas[key])
+
+
+def run_plans_part(plans: list, arenas: dict, i: int, n: int) -> None:
+    """Lane i of n's share of each copy plan (its runs, or its replicas)."""
+    for plan, key in plans:
+        plan.run_part(arenas[key], arenas[key], *lanes.share(plan.parts, i, n))

@@ -75,6 +75,7 @@ def divisor(geometry, oy, ox):
 
 def _pool(geometry, runs, inp, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
+    sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
     is_max = geometry[8] == 0
     for j in range(len(out)):
@@ -85,19 +86,22 @@ def _pool(geometry, runs, inp, out):
         base = (r // Ho) * H - runs[2 * j + 1]          # row of x (in this region) of iy = 0
         q = 0
         while q + Wo <= len(o):                         # row by row (no division per row)
+            y0 = oy * sy - py                           # tap() with the geometry in locals
             for ox in range(Wo):
+                x0 = ox * sx - px
                 acc = np.float32(0.0)
                 found = False
                 for t in range(taps):
-                    iy, ix, inside = tap(geometry, oy, ox, t)
-                    if inside:
+                    iy = y0 + geometry[u(HEADER + 2 * t)]
+                    ix = x0 + geometry[u(HEADER + 2 * t + 1)]
+                    if iy >= 0 and iy < H and ix >= 0 and ix < W:
                         v = x[u((base + iy) * W + ix)]
                         if not is_max:
                             acc += v
                         elif not found or (acc == acc and (v > acc or v != v)):
                             acc = v                   # the first max; nan wins
                         found = True
-                o[q + ox] = acc if is_max else acc / divisor(geometry, oy, ox)
+                o[u(q + ox)] = acc if is_max else acc / divisor(geometry, oy, ox)
             q += Wo
             oy += 1
             if oy == Ho:                                # the next plane
@@ -107,26 +111,30 @@ def _pool(geometry, runs, inp, out):
 
 def _max_pool_grad(geometry, runs, x, pooled, grad, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
+    sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
     for j in range(len(out)):
         o, xj, pj, gj = out[j], x[j], pooled[j], grad[j]     # each region's view, once
         for k in range(len(o)):
-            o[k] = 0.0
+            o[u(k)] = 0.0
         r = runs[3 * j + 1]                        # global pooled row of grad[j], pooled[j]
         oy = r % Ho
         own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
         seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
         q = 0
         while q + Wo <= len(gj):                   # row by row (no division per row)
+            y0 = oy * sy - py                      # tap() with the geometry in locals
             for ox in range(Wo):
-                p = pj[q + ox]
+                x0 = ox * sx - px
+                p = pj[u(q + ox)]
                 for t in range(taps):
-                    iy, ix, inside = tap(geometry, oy, ox, t)
-                    if inside:
+                    iy = y0 + geometry[u(HEADER + 2 * t)]
+                    ix = x0 + geometry[u(HEADER + 2 * t + 1)]
+                    if iy >= 0 and iy < H and ix >= 0 and ix < W:
                         v = xj[u((seen + iy) * W + ix)]
                         if v == p or (p != p and v != v):     # the first tap with the max
                             if own + iy >= 0 and (own + iy) * W < len(o):
-                                o[(own + iy) * W + ix] += gj[q + ox]
+                                o[u((own + iy) * W + ix)] += gj[u(q + ox)]
                             break
             q += Wo
             oy += 1
