@@ -100,3 +100,17 @@ def test_checked_and_python_modes_run_in_one_lane(monkeypatch):
     for options in ({"debug.checkedCodelets": "true"}, {"debug.codeletMode": "python"}):
         assert poplar.Engine(g, prog.Sequence(), options)._lanes == 1
     assert poplar.Engine(g, prog.Sequence())._lanes == 2
+
+
+def test_without_threads_the_parts_run_in_turn(monkeypatch):
+    """Where no thread can be started (a sandbox's limit on processes), run() still runs
+    every part, in order, in the caller."""
+    def refuse():
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(lanes, "_workers", [])
+    monkeypatch.setattr(lanes, "_Worker", refuse)
+    done = []
+    lanes.run([lambda: done.append(0), lambda: done.append(1), lambda: done.append(2)])
+    assert done == [0, 1, 2]
+    lanes.run([lambda: done.append(3), lambda: done.append(4)])     # the lock was released
+    assert done == [0, 1, 2, 3, 4]

@@ -85,6 +85,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_workers)
 
 
+def _workers_for(n: int) -> bool:
+    """At least n worker threads; False if no more threads can be started (a sandbox's
+    limit on processes)."""
+    try:
+        while len(_workers) < n:
+            _workers.append(_Worker())
+    except RuntimeError:
+        return False
+    return True
+
+
 def run(parts: list) -> None:
     """Run the callables in parts at once (parts[0] in this thread); raise the first part's
     error, in part order."""
@@ -92,12 +103,14 @@ def run(parts: list) -> None:
         for fn in parts:
             fn()
         return
+    errors = [None]
     try:
-        while len(_workers) < len(parts) - 1:
-            _workers.append(_Worker())
+        if not _workers_for(len(parts) - 1):
+            for fn in parts:
+                fn()
+            return
         for w, fn in zip(_workers, parts[1:]):
             w.start(fn)
-        errors = [None]
         try:
             parts[0]()
         except BaseException as e:
