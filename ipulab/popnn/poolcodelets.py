@@ -73,11 +73,32 @@ def divisor(geometry, oy, ox):
     return np.float32(inside)
 
 
+@njit(cache=True, inline="always")
+def max_tap(x, W, H, row, iy, ix, acc, found):
+    """(acc, found) after tap (iy, ix) of a max pooling window over region x (row: the
+    region's row of iy = 0): the first value inside the input, then any larger one; nan wins."""
+    if iy >= 0 and iy < H and ix >= 0 and ix < W:
+        v = x[u((row + iy) * W + ix)]
+        if not found or (acc == acc and (v > acc or v != v)):
+            acc = v
+        found = True
+    return acc, found
+
+
+@njit(cache=True, inline="always")
+def is_window_2x2(geometry):
+    """Whether the window's taps are (0, 0), (0, 1), (1, 0), (1, 1), in that order."""
+    return len(geometry) == HEADER + 8 and geometry[9] == 0 and geometry[10] == 0 and \
+        geometry[11] == 0 and geometry[12] == 1 and geometry[13] == 1 and \
+        geometry[14] == 0 and geometry[15] == 1 and geometry[16] == 1
+
+
 def _pool(geometry, runs, inp, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
     sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
     is_max = geometry[8] == 0
+    two_by_two = is_max and is_window_2x2(geometry)     # the usual window: its taps unrolled
     for j in range(len(out)):
         x = inp[j]
         o = out[j]
@@ -91,16 +112,20 @@ def _pool(geometry, runs, inp, out):
                 x0 = ox * sx - px
                 acc = np.float32(0.0)
                 found = False
+                if two_by_two:
+                    acc, found = max_tap(x, W, H, base, y0, x0, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0, x0 + 1, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0 + 1, x0, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0 + 1, x0 + 1, acc, found)
+                    o[u(q + ox)] = acc
+                    continue
                 for t in range(taps):
                     iy = y0 + geometry[u(HEADER + 2 * t)]
                     ix = x0 + geometry[u(HEADER + 2 * t + 1)]
-                    if iy >= 0 and iy < H and ix >= 0 and ix < W:
-                        v = x[u((base + iy) * W + ix)]
-                        if not is_max:
-                            acc += v
-                        elif not found or (acc == acc and (v > acc or v != v)):
-                            acc = v                   # the first max; nan wins
-                        found = True
+                    if is_max:
+                        acc, found = max_tap(x, W, H, base, iy, ix, acc, found)
+                    elif iy >= 0 and iy < H and ix >= 0 and ix < W:
+                        acc += x[u((base + iy) * W + ix)]
                 o[u(q + ox)] = acc if is_max else acc / divisor(geometry, oy, ox)
             q += Wo
             oy += 1
