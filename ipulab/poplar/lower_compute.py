@@ -11,18 +11,17 @@ no Python per vertex.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 
 from ..errors import GraphError
-from ..machine import bsp, lanes
+from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
 from ..machine.kernels import alias_slots, first_marked, first_repeat, row_hashes, slot_runs, \
     slots_in_place
+from .actions import ComputeAction
 from .codelet import Batch, BatchPlan
-from .types import round_half
 from .vertices import per_vertex, ragged
 
 _EMPTY = np.zeros(0, np.int64)
@@ -475,68 +474,3 @@ class ComputeSetLowering:
         entries = np.bincount(s.tile[in_list], minlength=self.c.T) * cost.vector_list_entry_bytes
         self.c.vstate += np.bincount(v.tile, weights=fixed[v.batch],
                                      minlength=self.c.T).astype(np.int64) + entries
-
-
-class ComputeAction:
-    """What running a compute set's step does: exchange in, run the batches, round HALF
-    outputs, exchange out. (Plain data, so a compiled executable can be stored.)
-
-    With several lanes (state.lanes, lanes.py) and enough work, the parts run at once: on a
-    replicated graph each lane takes whole replicas through all four phases (replicas touch
-    only their own memory); otherwise each phase is cut into rows or runs, a phase ending
-    before the next begins. Either way every element gets the same bits as in order."""
-
-    def __init__(self, pre: list, batches: list, half_out: dict, post: list,
-                 replicas: int = 1):
-        self.pre, self.batches, self.half_out, self.post = pre, batches, half_out, post
-        self.replicas = replicas
-        self.work = sum(p.num_elements for p, _ in pre + post) + sum(
-            int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
-
-    def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
-        if n > 1 and self.replicas > 1:
-            n = min(n, self.replicas)
-            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, n))
-                       for i in range(n)])
-        elif n > 1:
-            arenas = state.arenas
-            for plans in (self.pre, None, self.post):
-                if plans is None:
-                    lanes.run([partial(self._rows, state, i, n) for i in range(n)])
-                    self._round_half(state, 0, 1)
-                elif plans:
-                    lanes.run([partial(run_plans_part, plans, arenas, i, n) for i in range(n)])
-        else:
-            self._replicas(state, 0, self.replicas)
-
-    def _replicas(self, state, lo: int, hi: int) -> None:
-        """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
-        arenas, r = state.arenas, self.replicas
-        for plan, key in self.pre:
-            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
-        for b in self.batches:
-            b.run_part(arenas, state.arenas_ro, lo * b.rows // r, hi * b.rows // r)
-        self._round_half(state, lo, hi)
-        for plan, key in self.post:
-            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
-
-    def _rows(self, state, i: int, n: int) -> None:
-        """Lane i of n's share of every batch's vertices."""
-        for b in self.batches:
-            b.run_part(state.arenas, state.arenas_ro, *lanes.share(b.rows, i, n))
-
-    def _round_half(self, state, lo: int, hi: int) -> None:
-        """HALF outputs of replicas lo <= i < hi rounded (every replica's block of the
-        addresses is the same size)."""
-        for key, idx in self.half_out.items():
-            per = idx.size // self.replicas
-            idx = idx[lo * per:hi * per]
-            a = state.arenas[key]
-            a[idx] = round_half(a[idx])
-
-
-def run_plans_part(plans: list, arenas: dict, i: int, n: int) -> None:
-    """Lane i of n's share of each copy plan (its runs, or its replicas)."""
-    for plan, key in plans:
-        plan.run_part(arenas[key], arenas[key], *lanes.share(plan.parts, i, n))

@@ -3,14 +3,13 @@ between replicas, and PrintTensor. Each becomes one step with its cost; a copy b
 is a compiled copy plan (one numba call per run)."""
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from ..errors import EngineError, ProgramError
-from ..machine import bsp, lanes
+from ..machine import bsp
 from ..machine.exchange import CopyPlan
-from .lower_compute import run_plans_part, first_duplicate
+from .actions import CopyAction
+from .lower_compute import first_duplicate
 from .state import DataStream, RemoteBuffer
 
 
@@ -158,23 +157,6 @@ def remote_copy(c, p) -> bsp.Step:
 
 
 # --- what the steps do when they run (plain data, so a compiled executable can be stored) -----
-class CopyAction:
-    """Run copy plans, each in its arena (cut into parts on several lanes when they move
-    enough: replicas, or runs, write disjoint elements)."""
-
-    def __init__(self, plans: list):
-        self.plans = plans
-        self.work = sum(p.num_elements for p, _ in plans)
-
-    def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
-        if n > 1:
-            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, n) for i in range(n)])
-            return
-        for plan, key in self.plans:
-            plan.run(state.arenas[key], state.arenas[key])
-
-
 class StreamAction:
     """A host FIFO copy: elements ids of arena key from (to_device) or to the stream."""
 

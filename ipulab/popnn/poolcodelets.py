@@ -134,10 +134,24 @@ def _pool(geometry, runs, inp, out):
                 base += H
 
 
+@njit(cache=True, inline="always")
+def grad_tap(xj, o, W, H, seen, own, iy, ix, p, g):
+    """Whether tap (iy, ix) is inside and holds its window's max p (nan matches nan): then
+    its input position in o (if o holds that row) gets g added."""
+    if iy >= 0 and iy < H and ix >= 0 and ix < W:
+        v = xj[u((seen + iy) * W + ix)]
+        if v == p or (p != p and v != v):
+            if own + iy >= 0 and (own + iy) * W < len(o):
+                o[u((own + iy) * W + ix)] += g
+            return True
+    return False
+
+
 def _max_pool_grad(geometry, runs, x, pooled, grad, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
     sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
+    two_by_two = is_window_2x2(geometry)           # the usual window: its taps unrolled
     for j in range(len(out)):
         o, xj, pj, gj = out[j], x[j], pooled[j], grad[j]     # each region's view, once
         for k in range(len(o)):
@@ -152,15 +166,17 @@ def _max_pool_grad(geometry, runs, x, pooled, grad, out):
             for ox in range(Wo):
                 x0 = ox * sx - px
                 p = pj[u(q + ox)]
+                g = gj[u(q + ox)]
+                if two_by_two:                     # the first tap with the max takes g
+                    if not grad_tap(xj, o, W, H, seen, own, y0, x0, p, g):
+                        if not grad_tap(xj, o, W, H, seen, own, y0, x0 + 1, p, g):
+                            if not grad_tap(xj, o, W, H, seen, own, y0 + 1, x0, p, g):
+                                grad_tap(xj, o, W, H, seen, own, y0 + 1, x0 + 1, p, g)
+                    continue
                 for t in range(taps):
-                    iy = y0 + geometry[u(HEADER + 2 * t)]
-                    ix = x0 + geometry[u(HEADER + 2 * t + 1)]
-                    if iy >= 0 and iy < H and ix >= 0 and ix < W:
-                        v = xj[u((seen + iy) * W + ix)]
-                        if v == p or (p != p and v != v):     # the first tap with the max
-                            if own + iy >= 0 and (own + iy) * W < len(o):
-                                o[u((own + iy) * W + ix)] += gj[u(q + ox)]
-                            break
+                    if grad_tap(xj, o, W, H, seen, own, y0 + geometry[u(HEADER + 2 * t)],
+                                x0 + geometry[u(HEADER + 2 * t + 1)], p, g):
+                        break
             q += Wo
             oy += 1
             if oy == Ho:
