@@ -114,3 +114,38 @@ def test_without_threads_the_parts_run_in_turn(monkeypatch):
     assert done == [0, 1, 2]
     lanes.run([lambda: done.append(3), lambda: done.append(4)])     # the lock was released
     assert done == [0, 1, 2, 3, 4]
+
+
+def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
+        monkeypatch, tmp_path):
+    """An executable loaded from the disk cache has no compiled drivers yet: they are
+    compiled in the caller's thread before lanes run parts of a batch (two threads compiling
+    at once can break CPython's parser), and the results are the same bits."""
+    import threading
+
+    from ipulab.poplar import codelet
+    from ipulab.poplar import executables as X
+    monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2
+    first, shape = _engine(4)
+    first.write_tensor("x", x)
+    first.run()
+    assert len(X.entries()) == 1
+    X._memory.clear()                                  # as a new process would start
+    monkeypatch.setattr(codelet, "_drivers", {})      # its drivers not compiled yet either
+    compiled_in = []
+    compile_batch = codelet.Batch.compile
+
+    def recording(self, *args):
+        compiled_in.append(threading.current_thread().name)
+        return compile_batch(self, *args)
+    monkeypatch.setattr(codelet.Batch, "compile", recording)
+    again, _ = _engine(4)
+    again.write_tensor("x", x)
+    again.run()
+    assert compiled_in and set(compiled_in) == {threading.current_thread().name}
+    assert again.read_tensor("y").tobytes() == first.read_tensor("y").tobytes()

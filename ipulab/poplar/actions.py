@@ -26,6 +26,8 @@ class ComputeAction:
 
     def __call__(self, state) -> None:
         n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        for b in self.batches if n > 1 else ():
+            b.prepare(state.arenas, state.arenas_ro)
         if n > 1 and self.replicas > 1:
             n = min(n, self.replicas)
             lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, n))

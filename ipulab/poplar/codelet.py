@@ -187,11 +187,17 @@ class Batch:
     def run(self, arenas, arenas_ro) -> None:
         self.run_part(arenas, arenas_ro, 0, self.rows)
 
+    def prepare(self, arenas, arenas_ro) -> None:
+        """Compile the driver now if it is not yet (a batch of a stored executable), in the
+        calling thread: lanes then run parts of it at once (two threads compiling at once can
+        break CPython's own parser)."""
+        if self._fn is None:
+            self.compile(arenas, arenas_ro)
+
     def run_part(self, arenas, arenas_ro, lo: int, hi: int) -> None:
         """Run the vertices of rows lo <= v < hi (lanes.py runs parts at once: vertices of a
         compute set write disjoint elements)."""
-        if self._fn is None:
-            self.compile(arenas, arenas_ro)
+        self.prepare(arenas, arenas_ro)
         if lo >= hi:
             return
         arrays = self._arrays(arenas, arenas_ro)
