@@ -17,24 +17,11 @@ import numpy as np
 import ipulab
 from ipulab import poplar, viz, widgets
 from ipulab.poplar import program as prog
+from speed import ReduceVertex as RowSum     # out = the sum of a row, in order
 
 FIGURES = ("tile_memory_heatmap", "bsp_trace", "exchange_matrix", "liveness",
            "codelet_summary", "linked")
 WIDGETS = ("TileExplorer", "BSPPlayer", "GraphInspector", "ProfileDashboard")
-
-
-class RowSum(poplar.Vertex):
-    """out = the sum of inp, in float32 in index order."""
-
-    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
-    out = poplar.Output(poplar.FLOAT)
-
-    @staticmethod
-    def compute(inp, out):
-        s = np.float32(0)
-        for v in inp:
-            s += v
-        out[0] = s
 
 
 def bow2000_engine(per_tile: int = 16, tiles_per_ipu: int | None = None) -> poplar.Engine:
