@@ -131,22 +131,8 @@ def run_operations() -> dict:
 def run_dot_compute_set(n_vertices: int = 5888, n: int = 256) -> dict:
     """benchmarks/foundation.py's compute set: one vertex per row, dot products in float32
     in index order, on a Bow-2000 (an unreplicated graph of many vertices)."""
-    from foundation import Dot
-    dev = ipulab.devices.bow2000()
-    g = poplar.Graph(dev.target)
-    a = g.add_variable(poplar.FLOAT, [n_vertices, n], "a")
-    b = g.add_variable(poplar.FLOAT, [n_vertices, n], "b")
-    out = g.add_variable(poplar.FLOAT, [n_vertices], "out")
-    cs = g.add_compute_set("dot")
-    for v in range(n_vertices):
-        tile = (7 * v) % dev.target.num_tiles
-        for t in (a[v], b[v], out[v]):
-            g.set_tile_mapping(t, tile)
-        g.add_vertex(cs, Dot, {"a": a[v], "b": b[(v + 1) % n_vertices], "out": out[v]},
-                     tile=tile)
-    g.create_host_write("a", a), g.create_host_write("b", b), g.create_host_read("out", out)
-    e = poplar.Engine(g, prog.Execute(cs))
-    e.load(dev)
+    from foundation import dot_engine
+    e = dot_engine(n_vertices=n_vertices, n=n, tile_step=7, shift=1)
     rng = np.random.default_rng(3)
     e.write_tensor("a", rng.standard_normal((n_vertices, n), dtype=np.float32))
     e.write_tensor("b", rng.standard_normal((n_vertices, n), dtype=np.float32))
