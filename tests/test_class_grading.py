@@ -11,10 +11,11 @@ import pytest
 
 from fake_grader import grade, write_notebook
 from ipulab import cli
-from ipulab.course import classgrade
-from ipulab.course.classgrade import discover, grade_class
-from ipulab.course.gradebook import COLUMNS, Gradebook, GradebookError
-from ipulab.course.registry import questions
+from ipulab.course.grading import class_grader as classgrade
+from ipulab.course.grading.class_grader import grade_class
+from ipulab.course.grading.discovery import discover
+from ipulab.course.grading.gradebook import COLUMNS, Gradebook, GradebookError
+from ipulab.course.questions.registry import questions
 
 EX01 = [q.id for q in questions("ex01")]
 EX02 = [q.id for q in questions("ex02")]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import ipulab
-from ipulab.course.judge import STATUSES, grade_submission
+from ipulab.course.grading.watchdog import STATUSES, grade_submission
 
 ROOT = Path(__file__).resolve().parent.parent
 QIDS = ("ex01.sum_squares", "ex01.worker_cycles", "ex01.variable_bytes", "ex01.six_workers")
@@ -61,14 +61,14 @@ def test_a_wrong_number_fails_with_the_checks_own_message(tmp_path):
 
 
 FORGERIES = [
-    ("record_check", "from ipulab.course.progress import record_check\n"
+    ("record_check", "from ipulab.course.learner.record import record_check\n"
      f"for q in {QIDS!r}:\n    record_check(q, 'passed', '')", "record_check"),
     ("patched check", "import ipulab.course\nipulab.course.check = lambda *a, **k: True",
      "replaced ipulab.course.check"),
-    ("the registry", "from ipulab.course import registry\nregistry.REGISTRY.clear()",
-     "ipulab.course.registry"),
-    ("the bank", "try:\n    import ipulab.course.bank.set01_one_tile\nexcept ImportError:\n"
-     "    pass", "ipulab.course.bank"),
+    ("the registry", "from ipulab.course.questions import registry\n"
+     "registry.REGISTRY.clear()", "ipulab.course.questions"),
+    ("the bank", "try:\n    import ipulab.course.questions.bank.set01_one_tile\nexcept ImportError:\n"
+     "    pass", "ipulab.course.questions"),
     ("numpy", "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
      "np.testing.assert_allclose = lambda *a, **k: None", "replaced numpy.allclose"),
     ("printed ticks", 'print("✓ ex01.sum_squares: correct for 9 vertices")', "printed ✓"),
@@ -120,7 +120,7 @@ def test_a_fork_bomb_is_capped(tmp_path):
 
 
 def test_solutions_the_bank_and_other_files_are_out_of_sight(tmp_path):
-    bank = Path(ipulab.__file__).parent / "course" / "bank" / "set01_one_tile.py"
+    bank = Path(ipulab.__file__).parent / "course" / "questions" / "bank" / "set01_one_tile.py"
     probe = (f"seen = []\nfor p in {[str(ROOT / 'solutions' / '01_one_tile.ipynb'), str(bank)]!r}:"
              "\n    try:\n        open(p).read()\n        seen.append(p)\n    except OSError:\n"
              "        pass\nassert not seen, seen")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from course_corpus import CORPUS
 
-from ipulab.course import registry
-from ipulab.course.codesafe import UnsafeCode, check_codelet_class_source, check_function_source
-from ipulab.course.runner import run_call
-from ipulab.course.session import call_through, verdict
-from ipulab.course.wire import (SESSION, Handles, WireError, judge_dumps, judge_loads,
+from ipulab.course.questions import registry
+from ipulab.course.grading.source_check import UnsafeCode, check_codelet_class_source, check_function_source
+from ipulab.course.grading.sandboxed.runner import run_call
+from ipulab.course.grading.session import call_through, verdict
+from ipulab.course.grading.wire import (SESSION, Handles, WireError, judge_dumps, judge_loads,
                                 submission_dumps)
 
 
@@ -71,7 +71,7 @@ def test_the_judge_unpickles_nothing_that_runs_code(payload):
 
 def test_a_graph_comes_back_only_grown():
     from ipulab import devices, poplar
-    from ipulab.course.session import Tampering, adopt
+    from ipulab.course.grading.session import Tampering, adopt
     g = poplar.Graph(devices.ipu("ipu2", tiles_per_ipu=2).target)
     x = g.add_variable(poplar.FLOAT, [4], "x")
     g.create_host_read("out", x)
@@ -124,7 +124,7 @@ def test_a_generated_codelet_must_be_one_plain_class():
 
 
 def test_frames_are_capped():
-    from ipulab.course.wire import read_frame
+    from ipulab.course.grading.wire import read_frame
     stream = io.BytesIO((10**12).to_bytes(8, "little") + b"x")
     with pytest.raises(WireError, match="over the limit"):
         read_frame(stream)

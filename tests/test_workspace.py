@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ipulab import cli
-from ipulab.course import workspace
+from ipulab.course.learner import workspace
 from ipulab.errors import WorkspaceError
 
 REPO = Path(__file__).resolve().parent.parent
