@@ -6,6 +6,7 @@ questions' grades as they would be. Every case runs the real sandbox (bubblewrap
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from pathlib import Path
@@ -66,9 +67,9 @@ FORGERIES = [
     ("patched check", "import ipulab.course\nipulab.course.check = lambda *a, **k: True",
      "replaced ipulab.course.check"),
     ("the registry", "from ipulab.course.questions import registry\n"
-     "registry.REGISTRY.clear()", "ipulab.course.questions"),
+     "registry.REGISTRY.clear()", "tried to import the checker's module ipulab.course.questions"),
     ("the bank", "try:\n    import ipulab.course.questions.bank.set01_one_tile\nexcept ImportError:\n"
-     "    pass", "ipulab.course.questions"),
+     "    pass", "tried to import the checker's module ipulab.course.questions"),
     ("numpy", "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
      "np.testing.assert_allclose = lambda *a, **k: None", "replaced numpy.allclose"),
     ("printed ticks", 'print("✓ ex01.sum_squares: correct for 9 vertices")', "printed ✓"),
@@ -111,21 +112,86 @@ def test_a_huge_allocation_is_out_of_memory(tmp_path):
 
 
 def test_a_fork_bomb_is_capped(tmp_path):
+    """The bomb stops at the sandbox's cap on processes; its cgroups (as root) go with it.
+    Only this process's own cgroups are counted: other graders may run on this machine."""
+    from ipulab.course.grading.cgroups import own_cgroups
     bomb = "import os\ntry:\n    while True:\n        os.fork()\nexcept OSError:\n    pass"
     result = graded(notebook(tmp_path, "solutions", (3, bomb)))
     assert statuses(result) == dict.fromkeys(QIDS, "passed")
-    leftovers = [p for p in Path("/sys/fs/cgroup/pids").glob("ipulab-*")] \
-        if Path("/sys/fs/cgroup/pids").exists() else []
-    assert leftovers == []
+    assert own_cgroups(os.getpid()) == []
 
 
-def test_solutions_the_bank_and_other_files_are_out_of_sight(tmp_path):
-    bank = Path(ipulab.__file__).parent / "course" / "questions" / "bank" / "set01_one_tile.py"
-    probe = (f"seen = []\nfor p in {[str(ROOT / 'solutions' / '01_one_tile.ipynb'), str(bank)]!r}:"
-             "\n    try:\n        open(p).read()\n        seen.append(p)\n    except OSError:\n"
-             "        pass\nassert not seen, seen")
-    result = graded(notebook(tmp_path, "exercises", (3, probe)))
-    assert set(statuses(result).values()) == {"not answered"}
+END = 10**6                       # a cell put in here comes last
+# A probe cell collects what it should not have managed in `leaks`; if it managed anything, it
+# answers ex01.worker_cycles with it (the last answer counts), which then fails, saying it.
+LEAK = '\nif leaks:\n    check("ex01.worker_cycles", "LEAK: " + "; ".join(leaks))\n'
+
+
+def probe(tmp_path, source, timeout=90):
+    """Grade solution 01 with a probe cell at its end; the probe's worker_cycles verdict."""
+    result = graded(notebook(tmp_path, "solutions", (END, "leaks = []\n" + source + LEAK)),
+                    timeout)
+    return result.questions["ex01.worker_cycles"]
+
+
+def test_solutions_the_bank_and_the_graders_files_are_out_of_sight(tmp_path):
+    """Nothing of the grader is readable: the solutions, the question bank (not even by
+    unmounting what hides it: the sandbox has no capabilities, even as root), the home, the
+    executable cache's signing secret."""
+    from ipulab.poplar import executables
+    secret = executables._secret()                # made if there was none
+    package = Path(ipulab.__file__).parent
+    mine = Path.home() / f".ipulab-test-{os.getpid()}"          # a file of the grader's home
+    paths = [ROOT / "solutions" / "01_one_tile.ipynb", package / "course" / "questions" / "bank"
+             / "set01_one_tile.py", executables.folder() / ".secret", mine]
+    source = (f"import ctypes, os\nfor p in {[str(p) for p in paths]!r}:\n    try:\n"
+              "        leaks.append(p + ': ' + open(p, 'rb').read(40).hex())\n"
+              "    except OSError:\n        pass\n"
+              "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]\n"
+              "if caps[0].split()[1].strip('0'):\n    leaks.append(caps[0])\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              f"if libc.umount2({str(package / 'course')!r}.encode(), 2) == 0:\n"
+              "    leaks.append('unmounted')\n"
+              f"if os.path.exists({str(package / 'course' / 'questions')!r}):\n"
+              "    leaks.append('questions/ is there')\n")
+    mine.write_text("the grader's")
+    try:
+        v = probe(tmp_path, source)
+    finally:
+        mine.unlink()
+    assert v.status == "passed", v.message
+    assert secret.hex()[:16] not in v.message
+
+
+def test_every_writable_place_has_a_size(tmp_path):
+    """/tmp, the home, /dev/shm and the package's copy take what their tmpfs holds (tens of
+    MB), not the host's memory; the rest is read-only."""
+    package = Path(ipulab.__file__).parent
+    places = ["/tmp", "/tmp/home", "/dev/shm", str(package), "/dev", "/", "/usr"]
+    source = ("import os\n"
+              f"for place in {places!r}:\n    written = 0\n"
+              "    for i in range(8):\n        try:\n"
+              "            with open(os.path.join(place, f'fill{i}'), 'wb') as f:\n"
+              "                for _ in range(16):\n"
+              "                    f.write(bytes(4 * 2**20))\n"
+              "                    written += 4 * 2**20\n"
+              "        except OSError:\n            break\n"
+              "    for i in range(8):\n        try:\n"
+              "            os.unlink(os.path.join(place, f'fill{i}'))\n"
+              "        except OSError:\n            pass\n"
+              "    limit = 0 if place in ('/dev', '/', '/usr') else 128 * 2**20\n"
+              "    if written > limit:\n"
+              "        leaks.append(f'{written // 2**20} MB written to {place}')\n")
+    v = probe(tmp_path, source)
+    assert v.status == "passed", v.message
+
+
+def test_an_exit_code_is_not_taken_for_a_signal(tmp_path):
+    """os._exit(152) is an exit code, though 152 = 128 + SIGXCPU: only the sandbox's own
+    report makes it a signal (the CPU time used up)."""
+    result = graded(notebook(tmp_path, "solutions", (13, "import os\nos._exit(152)")))
+    v = result.questions["ex01.six_workers"]
+    assert v.status == "crashed" and "exit code 152" in v.message, v
 
 
 def test_nothing_outside_the_sandbox_changes(tmp_path):

@@ -17,12 +17,16 @@ import sys
 import threading
 import types
 from pathlib import Path
+from signal import SIGXCPU
 
 from ... import errors
+from ...poplar.codelet_cache import cache_dir, cache_root
+from ...poplar.program import Program
 from ...poplar.state import GraphState
 from ..questions.evaluate import evaluate
 from ..questions.messages import where_in
 from ..questions.registry import get
+from .sandbox import Limits, Sandbox
 from .wire import SESSION, WireError, judge_dumps, judge_loads, read_frame, write_frame
 
 OUTPUT_LIMIT = 2**20
@@ -41,48 +45,50 @@ class Tampering(BaseException):
     """A forgery attempt seen while checking (e.g. a graph's set-up changed by a call)."""
 
 
-def sandbox_for(timeout: float):
-    """The sandbox a submission runs in: ipulab and its caches visible through throwaway
-    overlays (numba finds its cache; nothing written survives), the question bank hidden."""
-    from ...poplar.codelet_cache import cache_root
-    from .sandbox import Limits, Sandbox
+RUNNER = "ipulab.course.grading.sandboxed.runner"
+
+
+def sandbox_for(seconds: float) -> Sandbox:
+    """The sandbox a submission runs in, for `seconds`: copies of ipulab's package without the
+    question bank and of the compiled-codelet cache (numba finds its caches there; nothing
+    written survives), and the executable cache off (its folder, with its signing secret, is
+    not there at all)."""
     pkg = Path(__file__).resolve().parents[2]
-    cache = cache_root()
-    cache.mkdir(parents=True, exist_ok=True)
-    return Sandbox(overlays=[pkg, cache], hidden=[pkg / "course" / "questions"],
-                   limits=Limits(wall_seconds=timeout, cpu_seconds=int(timeout) + 30,
-                                 memory_bytes=4 * 2**30),
-                   env={"IPULAB_CACHE": str(cache), "IPULAB_CACHE_MIN_SECONDS": "1e9",
+    codelets = cache_dir()
+    codelets.mkdir(parents=True, exist_ok=True)
+    return Sandbox(copies=[pkg, codelets], hidden=[pkg / "course" / "questions"],
+                   limits=Limits(wall_seconds=seconds, cpu_seconds=int(seconds) + 5),
+                   env={"IPULAB_CACHE": "off", "IPULAB_CACHE_DIR": str(cache_root()),
                         "IPULAB_PROGRESS": "/tmp/home/progress.json", "MPLBACKEND": "Agg"})
 
 
 class SandboxedRun:
-    """The submission's process, started in its sandbox, and the pipes to it."""
+    """The submission's process, started in its sandbox for `seconds`, and the pipes to it."""
 
-    def __init__(self, timeout: float):
-        from .sandbox import kill
+    def __init__(self, seconds: float):
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
-        self.proc, self.cap = sandbox_for(timeout).start(
-            [sys.executable, "-m", "ipulab.course.grading.sandboxed.runner", str(to_r), str(from_w)],
-            pass_fds=(to_r, from_w), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT)
-        os.close(to_r), os.close(from_w)
+        try:
+            self.box = sandbox_for(seconds).start(
+                [sys.executable, "-m", RUNNER, str(to_r), str(from_w)], pass_fds=(to_r, from_w),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        finally:
+            os.close(to_r), os.close(from_w)
         self.to, self.frm = os.fdopen(to_w, "wb"), os.fdopen(from_r, "rb")
         self.output, self.timed_out, self.cell = io.BytesIO(), False, None
         threading.Thread(target=self._drain, daemon=True).start()
-        self.timer = threading.Timer(timeout, self._expire, (kill,))
+        self.timer = threading.Timer(seconds, self._expire)
         self.timer.daemon = True
         self.timer.start()
 
     def _drain(self) -> None:
-        for chunk in iter(lambda: self.proc.stdout.read(65536), b""):
+        for chunk in iter(lambda: self.box.stdout.read(65536), b""):
             if self.output.tell() < OUTPUT_LIMIT:
                 self.output.write(chunk[:OUTPUT_LIMIT - self.output.tell()])
 
-    def _expire(self, kill) -> None:
+    def _expire(self) -> None:
         self.timed_out = True
-        kill(self.proc)
+        self.box.kill()
 
     def send(self, obj) -> None:
         try:
@@ -97,24 +103,27 @@ class SandboxedRun:
             raise self.fate() from None
 
     def fate(self) -> Fate:
-        """Why the process is gone, as a status."""
+        """Why the process is gone, as a status: from what the sandbox reported (a signal is
+        a signal only when its first process says so), what it printed, and its limits."""
         try:
-            self.proc.wait(timeout=10)
+            self.box.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            from .sandbox import kill
-            kill(self.proc)
-            self.proc.wait()
-        code = self.proc.returncode
-        signal = -code if code < 0 else code - 128 if code > 128 else None   # (bwrap: 128+n)
+            self.box.kill()
+            self.box.wait()
+        status = self.box.status()
         where = f" in code cell {self.cell + 1}" if self.cell is not None else ""
+        signal = status.get("signal")
         if self.timed_out:
             return Fate("timed out", f"the notebook ran out of time{where} (limit "
                                      f"{self.timer.interval:.0f} s)")
-        if signal == 24:
+        if signal == SIGXCPU:
             return Fate("timed out", f"the notebook used up its CPU time{where}")
-        if b"MemoryError" in self.output.getvalue()[-4000:]:
+        if self.box.out_of_memory() or b"MemoryError" in self.output.getvalue()[-4000:]:
             return Fate("out of memory", f"the notebook ran out of memory{where}")
-        how = f"killed by signal {signal}" if signal else f"exit code {code}"
+        if "boot" in status:
+            return Fate("crashed", f"the sandbox could not be set up: {status['boot']}")
+        how = (f"killed by signal {signal}" if signal else f"exit code {status['exit']}"
+               if "exit" in status else "its sandbox does not say how")
         last = self.printed().strip().splitlines()[-1:] or [""]
         return Fate("crashed", f"the notebook's process ended{where} ({how}) {last[0][:300]}")
 
@@ -122,15 +131,13 @@ class SandboxedRun:
         return self.output.getvalue().decode(errors="replace")
 
     def close(self) -> None:
-        from .sandbox import kill
         self.timer.cancel()
         try:
             self.send(("done",))
-            self.proc.wait(timeout=5)
+            self.box.wait(timeout=5)
         except (Fate, subprocess.TimeoutExpired):
             pass
-        kill(self.proc)
-        self.cap.close()
+        self.box.close()
 
     def call(self, handle: int, args, kwargs):
         return call_through(self, handle, args, kwargs)
@@ -186,7 +193,6 @@ def _states_in(obj) -> list:
 def _take_back(mine, theirs) -> None:
     """An argument the call may have added to (a program sequence, a list or dict), as it is
     after the call."""
-    from ...poplar.program import Program
     if isinstance(mine, Program) and type(theirs) is type(mine):
         vars(mine).clear()
         vars(mine).update(vars(theirs))

@@ -19,7 +19,8 @@ from ..wire import Handles, read_frame, submission_dumps, write_frame
 
 _CHECK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
 _NONE = object()
-# the checker's own modules: a submission has no reason to import them
+# the checker's own modules: a submission has no reason to import them (those of questions/
+# and learner/ are not even in the sandbox)
 _CHECKER = ("ipulab.course.questions", "ipulab.course.learner", "ipulab.course.grading")
 # what the submission may replace only to forge a result: compared before and after
 _WATCHED = ("allclose", "array_equal", "isclose", "array_equiv")
@@ -76,16 +77,34 @@ class _Watched:
         return getattr(self.stream, name)
 
 
+class CheckerImports:
+    """An import finder that notes every attempt to import the checker's modules: they are
+    not in the sandbox, so the attempt fails, and it is a forgery attempt."""
+
+    def __init__(self, sub: AnswerRelay):
+        self.sub = sub
+
+    def find_spec(self, name, path=None, target=None):
+        note = f"tried to import the checker's module {name}"
+        if name.startswith(_CHECKER) and name not in sys.modules and note not in self.sub.tampered:
+            self.sub.tampered.append(note)
+        return None
+
+
 def _course_stub(sub: AnswerRelay) -> types.ModuleType:
-    """ipulab.course as a submission sees it while graded."""
+    """ipulab.course as a submission sees it while graded: check() hands the answer over,
+    the other calls do nothing, and the progress record is a stand-in that notes forgery."""
     import ipulab.course as course
     course.check = sub.stub
     course.hint = course.hint_button = course.doctor = course.progress = lambda *a, **k: None
+    learner = types.ModuleType("ipulab.course.learner")
+    learner.__path__ = []
     record = types.ModuleType("ipulab.course.learner.record")
     record.record_check = sub.forged("record_check")
     record.record_hint = record.progress = lambda *a, **k: None
     record.path = lambda: Path("/tmp/home/progress.json")
-    sys.modules["ipulab.course.learner.record"] = record
+    learner.record = record
+    sys.modules.update({learner.__name__: learner, record.__name__: record})
     return course
 
 
@@ -97,7 +116,7 @@ def _fingerprint() -> dict:
     return seen
 
 
-def _noticed(sub: AnswerRelay, course, before: dict, modules: set) -> None:
+def _noticed(sub: AnswerRelay, course, before: dict) -> None:
     import numpy as np
     if course.check is not sub.stub:
         sub.tampered.append("replaced ipulab.course.check")
@@ -105,9 +124,6 @@ def _noticed(sub: AnswerRelay, course, before: dict, modules: set) -> None:
         owner, attr = (np.testing, name[8:]) if name.startswith("testing.") else (np, name)
         if getattr(owner, attr, None) is not fn:
             sub.tampered.append(f"replaced numpy.{name}")
-    for m in sorted(set(sys.modules) - modules):
-        if m.startswith(_CHECKER):
-            sub.tampered.append(f"imported the checker's module {m}")
 
 
 def _cell_error(result) -> tuple[str, str] | None:
@@ -124,7 +140,8 @@ def run_cells(cells: list[str], sub: AnswerRelay) -> list:
     shell = InteractiveShell.instance(colors="NoColor", history_length=0)
     course = _course_stub(sub)
     sys.stdout = _Watched(sys.stdout, sub)
-    before, modules = _fingerprint(), set(sys.modules)
+    sys.meta_path.insert(0, CheckerImports(sub))
+    before = _fingerprint()
     outcomes, me = [], os.getpid()
     for i, source in enumerate(cells):
         sub.send(("cell", i))
@@ -132,7 +149,7 @@ def run_cells(cells: list[str], sub: AnswerRelay) -> list:
                          _CHECK.findall(source)))
         if os.getpid() != me:            # a process the notebook forked: it stops here
             os._exit(0)
-    _noticed(sub, course, before, modules)
+    _noticed(sub, course, before)
     return outcomes
 
 
