@@ -101,6 +101,45 @@ def test_an_endless_loop_times_out(tmp_path):
     assert statuses(result)["ex01.worker_cycles"] == "passed"
 
 
+NEVER_ENDS = [   # (what, where it goes, the cell, the question stopped)
+    ("a program", FUNCTION_CHECK_CELL,
+     "def six_workers(g, x, partials):\n    flag = g.add_constant(poplar.BOOL, [1], [True])\n"
+     "    g.set_tile_mapping(flag, 0)\n"
+     "    return prog.RepeatWhileTrue(prog.Sequence(), flag, prog.Sequence())",
+     "ex01.six_workers"),
+    ("a codelet", 5,
+     "class SumSquares(poplar.Vertex):\n    inp = poplar.Input(poplar.Vector[poplar.FLOAT], "
+     "name='in')\n    out = poplar.Output(poplar.FLOAT)\n\n    @staticmethod\n"
+     "    def compute(inp, out):\n        out[0] = 0.0\n        while out[0] >= 0.0:\n"
+     "            out[0] = out[0] + 1.0", "ex01.sum_squares"),
+    ("the wire", FUNCTION_CHECK_CELL,
+     "def six_workers(g, x, partials):\n    while True:\n        pass", "ex01.six_workers"),
+]
+
+
+@pytest.mark.parametrize("what, where, source, stopped", NEVER_ENDS,
+                         ids=[n[0].replace(" ", "_") for n in NEVER_ENDS])
+def test_a_check_that_never_ends_is_stopped_in_time(tmp_path, what, where, source, stopped):
+    """A check runs in the judge (a program, a codelet it compiled) or calls into the
+    submission (the wire); either way it is stopped when its share of the notebook's time is
+    used up, recorded `timed out`, and the other questions are graded as they would be."""
+    timeout = 30
+    result = graded(notebook(tmp_path, "solutions", (where, source)), timeout=timeout)
+    assert statuses(result) == {**dict.fromkeys(QIDS, "passed"), stopped: "timed out"}, result
+    assert result.seconds < timeout + 5, result.seconds
+
+
+def test_a_small_frame_that_unpickles_into_gigabytes_is_refused(tmp_path):
+    """37 bytes on the runner's pipe that would make a 5 GB bytearray in the judge."""
+    frame = ("import os, pickle, struct, sys\nclass Big:\n    def __reduce__(self):\n"
+             "        return (bytearray, (5 * 2**30,))\n"
+             "data = pickle.dumps(Big(), protocol=5)\n"
+             "os.write(int(sys.argv[2]), struct.pack('<Q', len(data)) + data)")
+    result = graded(notebook(tmp_path, "solutions", (3, frame)))
+    assert set(statuses(result).values()) == {"tampered"}, result
+    assert "bytearray" in result.questions["ex01.sum_squares"].message
+
+
 def test_a_huge_allocation_is_out_of_memory(tmp_path):
     bomb = ("def six_workers(g, x, partials):\n    import numpy as np\n"
             "    return np.ones(50 * 2**30 // 8)")
@@ -238,12 +277,33 @@ def test_killing_the_parent_reaches_nothing_outside(tmp_path):
     assert "killed by signal 9" in result.questions["ex01.six_workers"].message
 
 
-def test_not_a_notebook_fails_with_why(tmp_path):
+MALFORMED = [   # (what, the file's bytes, what each question's message says)
+    ("not JSON", b"this is not JSON {", "not a notebook (not JSON"),
+    ("50,000 nested brackets", b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+    ("nested metadata", b'{"cells": [], "metadata": ' + b'{"a": ' * 50_000 + b"1" +
+     b"}" * 50_001, "nested too deeply"),
+    ("not UTF-8", b'{"cells": [], "x": "\xff\xfe"}', "not a notebook (not JSON"),
+    ("a list", b"[1, 2, 3]", "no list of cells"),
+    ("cells of text", b'{"cells": "print(1)"}', "no list of cells"),
+    ("a source with a number in it", b'{"cells": [{"cell_type": "code", "source": ["x = 1", 2]}]}',
+     "cell 1's source is not text"),
+    ("a source that is a dict", b'{"cells": [{"cell_type": "code", "source": {"a": 1}}]}',
+     "cell 1's source is not text"),
+    ("cells of every type", b'{"cells": [5, null, [], {"cell_type": ["code"]}, '
+     b'{"cell_type": "code"}], "metadata": [], "nbformat": "four"}', "not answered:"),
+]
+
+
+@pytest.mark.parametrize("what, content, fragment", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_notebook_fails_every_question_saying_why(tmp_path, what, content, fragment):
+    """Whatever the file holds, every question of its set (told by its name) gets a status
+    and the reason, never 'the judge failed'."""
     path = tmp_path / "01_one_tile.ipynb"
-    path.write_text("this is not JSON {")
+    path.write_bytes(content)
     result = graded(path)
-    assert set(statuses(result).values()) == {"failed"}
-    assert "not a notebook" in result.questions["ex01.sum_squares"].message
+    assert set(statuses(result).values()) <= {"failed", "not answered"}, result
+    for v in result.questions.values():
+        assert fragment in v.message and "judge" not in v.message, v.message
 
 
 def test_a_500_mb_notebook_is_refused_unread(tmp_path):

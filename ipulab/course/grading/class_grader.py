@@ -34,14 +34,16 @@ class Run:
 
     found: int = 0
     unchanged: int = 0        # graded before with the same bytes
-    graded: int = 0           # by the judge, now
-    refused: int = 0
+    graded: int = 0           # by the judge, now, every question of its set
+    not_graded: int = 0       # read by the judge, but its set cannot be told
+    refused: int = 0          # not read: a link, a special file, ...
     lost: int = 0             # every worker running it died; graded again next run
 
     def describe(self) -> str:
         return (f"{self.found} notebook(s): {self.graded} graded now, {self.unchanged} "
-                f"unchanged since they were graded, {self.refused} refused, {self.lost} lost "
-                "(graded again on the next run)")
+                f"unchanged since they were graded, {self.not_graded} not graded (its set "
+                f"cannot be told), {self.refused} refused, {self.lost} lost (graded again on "
+                "the next run)")
 
 
 def default_grader():
@@ -105,9 +107,10 @@ def _record(book: Gradebook, s: FoundNotebook, outcome, run: Run) -> str:
         run.lost += 1
         return "crashed: its grading task was lost"
     book.record(s.student, s.notebook, outcome, s.content_hash)
-    run.graded += 1
     if not outcome.questions:
-        return f"not graded: {printable(outcome.failure)[:80]}"
+        run.not_graded += 1
+        return f"not graded: {shortened(outcome.failure)}"
+    run.graded += 1
     passed = sum(v.status == "passed" for v in outcome.questions.values())
     return f"{outcome.set_id or '?'} {passed}/{len(outcome.questions)} passed"
 
@@ -148,8 +151,9 @@ def on_dask(grader, submissions: list[FoundNotebook], timeout: float, workers: i
 @contextlib.contextmanager
 def dask_client(workers: int, scheduler: str | None):
     """A client of the scheduler at this address, or of a new local cluster of `workers`
-    single-threaded processes on 127.0.0.1 without a dashboard (closed on exit). The local
-    cluster's log is silenced: what matters (a task lost) is in the gradebook."""
+    single-threaded processes on 127.0.0.1 (closed on exit), whose HTTP server takes any free
+    port (none fixed: another dask may hold 8787). The local cluster's log is silenced: what
+    matters (a task lost) is in the gradebook."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -166,9 +170,9 @@ def dask_client(workers: int, scheduler: str | None):
             # one task at a time per worker: a notebook that kills its worker takes no other
             # notebook's task down with it
             stack.enter_context(dask.config.set({"distributed.scheduler.worker-saturation": 1.0}))
-            cluster = stack.enter_context(LocalCluster(
+            cluster = stack.enter_context(LocalCluster(       # (no fixed dashboard port)
                 n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, silence_logs=logging.CRITICAL))
+                dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL))
             client = stack.enter_context(Client(cluster))
         except (RuntimeError, OSError) as e:       # a worker that cannot start, no port, ...
             raise GradingError(f"cannot start {workers} local dask worker(s): {e}") from None
@@ -178,6 +182,14 @@ def dask_client(workers: int, scheduler: str | None):
 def printable(text) -> str:
     """Text from a folder name, safe for a terminal (no escape sequences)."""
     return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
+def shortened(text, limit: int = 200) -> str:
+    """Text on one line, printable, cut at a word (with …) if over `limit` characters."""
+    line = " ".join(printable(" ".join(str(text).split())).split())
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " …"
 
 
 class ProgressLine:
@@ -239,17 +251,31 @@ def _options(timeout, workers) -> None:
                            f"not {workers!r}")
 
 
-def _exports(rows: list[dict], book_path: Path, csv_path, feedback) -> tuple[Path, Path]:
+def _exports(rows: list[dict], book_path: Path, csv_path, feedback) -> tuple[Path, Path, int]:
     """Write the CSV (default: the gradebook's name with .csv) and the feedback pages
-    (default: feedback/ next to the CSV); returns where."""
+    (default: feedback/ next to the CSV); returns where, and how many pages."""
     csv_file = Path(csv_path) if csv_path else book_path.with_suffix(".csv")
     pages = Path(feedback) if feedback else csv_file.parent / "feedback"
     try:
         write_csv(rows, csv_file)
-        write_feedback(rows, pages)
+        written = write_feedback(rows, pages)
     except OSError as e:
         raise GradingError(f"cannot write {e.filename or csv_file}: {e.strerror or e}") from None
-    return csv_file, pages
+    return csv_file, pages, len(written)
+
+
+def where_written(submissions, book: Path, csv_file: Path, pages: Path, count: int) -> str:
+    """Where the outputs went: one folder named once when they share it (by default the
+    folder SUBMISSIONS is in), else each in full."""
+    book, csv_file, pages = (p.absolute() for p in (book, csv_file, pages))
+    folder = book.parent
+    names = f"{book.name} (the gradebook), {csv_file.name}, {pages.name}/ ({count} pages)"
+    if csv_file.parent != folder or pages.parent != folder:
+        return (f"gradebook: {book}\ncsv: {csv_file}\nfeedback: {pages}/ ({count} pages)")
+    submissions = Path(submissions).absolute()
+    if submissions.parent == folder:
+        return f"written next to {printable(submissions.name)}/, in {printable(folder)}: {names}"
+    return f"written in {printable(folder)}: {names}"
 
 
 def main(submissions, *, gradebook=None, csv_path=None, feedback=None, timeout: float = 600.0,
@@ -269,7 +295,7 @@ def main(submissions, *, gradebook=None, csv_path=None, feedback=None, timeout: 
             run = grade_class(found, book, grader=grader, workers=workers,
                               scheduler=scheduler, timeout=timeout)
             rows = book.rows()
-        csv_file, pages = _exports(rows, book_path, csv_path, feedback)
+        csv_file, pages, count = _exports(rows, book_path, csv_path, feedback)
     except (GradingError, GradebookError) as e:
         warn(str(e))
         return 2
@@ -277,6 +303,6 @@ def main(submissions, *, gradebook=None, csv_path=None, feedback=None, timeout: 
         warn(f"interrupted: what was graded is kept in {book_path}; run again to grade the rest")
         return 130
     print(summary_table(rows), file=out)
-    print(f"\n{run.describe()}\ngradebook: {book_path}\ncsv: {csv_file}\nfeedback: {pages}/",
+    print(f"\n{run.describe()}\n{where_written(submissions, book_path, csv_file, pages, count)}",
           file=out)
     return 0

@@ -4,7 +4,8 @@ SUBMISSIONS/submitted/STUDENT/ASSIGNMENT/*.ipynb (SUBMISSIONS may be `submitted`
 Students are named by their folders; hidden files and folders (.ipynb_checkpoints) are skipped.
 Nothing outside SUBMISSIONS is read: symbolic links and special files are refused unread. A
 notebook's content is not trusted, only hashed; its set is read from its metadata or name, for
-naming only (the judge decides the set it grades).
+naming only (the judge decides the set it grades). A name that is not UTF-8 is kept with its
+odd bytes written as \\xNN (text the gradebook, CSV and pages can hold).
 """
 from __future__ import annotations
 
@@ -112,7 +113,15 @@ def notebooks_under(folder: Path):
                 yield str(key), Path(entry.path), None
 
 
+def as_text(name: str) -> str:
+    """A file name as text: bytes that are not UTF-8 (which Python keeps as lone surrogates,
+    which no UTF-8 file or database takes) written as \\xNN."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def _refused(student: str, key: str, path: Path, refusal: Refusal) -> FoundNotebook:
+    student, key = as_text(student), as_text(key)
+    refusal = Refusal(refusal.status, as_text(refusal.message), refusal.retry)
     digest = hashlib.sha256(f"{refusal.status}: {refusal.message}".encode()).hexdigest()
     return FoundNotebook(student, key, path, digest, set_hint_of(None, path.name), refusal)
 
@@ -122,6 +131,7 @@ def _inspect(student: str, key: str, path: Path, refusal: Refusal | None) -> Fou
     blocking on a pipe); or refused."""
     if refusal:
         return _refused(student, key, path, refusal)
+    student, key = as_text(student), as_text(key)
     digest, head = hashlib.sha256(), bytearray()
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
@@ -139,7 +149,7 @@ def _inspect(student: str, key: str, path: Path, refusal: Refusal | None) -> Fou
                Refusal("crashed", f"{key} cannot be read: {e.strerror}", retry=True))
         return _refused(student, key, path, why)
     return FoundNotebook(student, key, path, digest.hexdigest(),
-                      set_hint_of(bytes(head) if len(head) <= META_BYTES else None, path.name))
+                         set_hint_of(bytes(head) if len(head) <= META_BYTES else None, path.name))
 
 
 def set_hint_of(content: bytes | None, name: str) -> str | None:

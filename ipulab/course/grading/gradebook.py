@@ -42,7 +42,7 @@ CREATE TABLE grades (
     status TEXT NOT NULL,         -- one of judge.STATUSES
     message TEXT NOT NULL,
     cycles INTEGER,               -- simulated cycles of the answer, where measured
-    par INTEGER,                  -- the question's par in cycles, where it has one
+    par INTEGER,                  -- the question's par, in cycles (seconds for a wait)
     seconds REAL NOT NULL,        -- grading the whole notebook took
     attempt INTEGER NOT NULL,     -- 1 for the first version of the notebook graded, then 2, ...
     content_hash TEXT NOT NULL,   -- sha256 of the notebook's bytes
@@ -61,13 +61,17 @@ class GradebookError(IpuLabError):
 
 
 class Gradebook:
-    """An open gradebook (created if the file is missing or empty). Use as a context manager,
-    or call close()."""
+    """An open gradebook (created if the file is missing or empty, readable by its owner only,
+    like the CSV and the pages). Use as a context manager, or call close()."""
 
     def __init__(self, path):
         self.path = Path(path)
         if self.path.is_dir():
             raise GradebookError(f"the gradebook {self.path} is a folder, not a file")
+        try:                # SQLite gives its -wal and -shm files the database file's mode
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except OSError:     # there already, or not to be made (sqlite3 says why)
+            pass
         try:
             self._conn = sqlite3.connect(self.path, timeout=30)
         except sqlite3.Error as e:
@@ -128,7 +132,7 @@ class Gradebook:
         """Replace this student's rows for this notebook with the judge's SubmissionResult, in
         one transaction; returns the attempt (it grows when the notebook's content changed)."""
         try:
-            verdicts = [(str(qid), str(v.status), v.message, _count(v.cycles), _count(v.par))
+            verdicts = [(str(qid), str(v.status), v.message, _count(v.cycles), _number(v.par))
                         for qid, v in result.questions.items()]
             set_id, seconds, failure = result.set_id, result.seconds, result.failure
         except AttributeError:
@@ -202,8 +206,16 @@ def passed_count(rows: list[dict]) -> int:
 
 
 def _count(value) -> int | None:
-    """Cycles and pars as plain ints (the judge may hand numpy integers)."""
+    """Cycles as plain ints (the judge may hand numpy integers)."""
     return None if value is None else int(value)
+
+
+def _number(value) -> int | float | None:
+    """A par as a plain number: whole cycles, or seconds."""
+    if value is None:
+        return None
+    value = float(value)
+    return int(value) if value.is_integer() else value
 
 
 def _cut(text) -> str:
@@ -212,7 +224,8 @@ def _cut(text) -> str:
 
 
 def atomic_write(path, write) -> Path:
-    """Call write(file) on a temporary file next to `path`, then rename it into place."""
+    """Call write(file) on a temporary file next to `path` (mode 0600), then rename it into
+    place."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -1,27 +1,40 @@
 """The judge process: grades one submitted notebook where the submission cannot reach the grade.
 
-    python -m ipulab.course.grading.judge NOTEBOOK --timeout S --result-fd FD [--set ID] [--skip QID]
+    python -m ipulab.course.grading.judge NOTEBOOK --deadline T --result-fd FD --parent PID
+                                          [--set ID] [--skip QID]...
 
-watchdog.py starts it and bounds it. The judge reads the notebook as data (size-capped), starts the submission's
-process in a sandbox with the question bank hidden (sandbox.py, sandboxed/runner.py), sends it
-the code cells and receives what each check() was given (wire.py). Then it checks every answer with its
-own bank (questions/evaluate.py): data as data, codelets recompiled from their source, and the
-submission's functions called back in the submission's process. Verdicts go to the worker on
-a pipe the submission has no end of. Statuses are STATUSES; a notebook the submission broke
-(timed out, out of memory, crashed) still gets a status for every question.
+watchdog.py starts it and stops it. It reads the notebook as data (size-capped; a notebook that
+is not one gets a `failed` verdict for every question of its set, saying why), starts the
+submission's process in a sandbox without the question bank (sandbox.py, sandboxed/), sends
+it the code cells and receives what each check() was given (wire.py). Then it checks every
+answer with its own bank (questions/evaluate.py): data as data, codelets compiled here from
+their checked source, the submission's functions called back in the submission's process
+(session.py). Events go to the watchdog, one JSON line each, on a pipe the submission has no
+end of: the set and its questions, the question being checked, each verdict, done.
+
+It bounds itself too, before it reads anything: it dies with its parent (PR_SET_PDEATHSIG), and
+the kernel ends it at its deadline (an alarm left at its default action: no Python code needs
+to run), at its CPU time, and at JUDGE_MEMORY of address space.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import math
 import os
+import resource
+import signal
 import sys
+import time
 from pathlib import Path
 
 from ..questions.registry import questions, set_for_notebook, sets
 from .session import judge_answers
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
+JUDGE_MEMORY = 4 * 2**30          # address space (the judge of a set-10 solution peaks at 1.6 GB)
+PR_SET_PDEATHSIG = 1
 
 
 class NotANotebook(Exception):
@@ -29,7 +42,9 @@ class NotANotebook(Exception):
 
 
 def read_notebook(path: Path) -> tuple[list[str], dict]:
-    """(code cells' sources, metadata) of an untrusted notebook file."""
+    """(code cells' sources, metadata) of an untrusted notebook file; NotANotebook says what
+    is wrong with one that cannot be graded (too big, not JSON, nested too deeply, cells or
+    sources of the wrong types)."""
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
         raise NotANotebook(f"the file is {size / 2**20:,.0f} MB; a notebook may be at most "
@@ -38,16 +53,20 @@ def read_notebook(path: Path) -> tuple[list[str], dict]:
         nb = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as e:
         raise NotANotebook(f"the file is not a notebook (not JSON: {e})") from None
+    except RecursionError:
+        raise NotANotebook("the file is not a notebook (JSON nested too deeply)") from None
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):
         raise NotANotebook("the file is JSON but not a notebook (no list of cells)")
     sources = []
-    for cell in cells:
+    for i, cell in enumerate(cells):
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             src = cell.get("source", "")
-            src = "".join(src) if isinstance(src, list) else src
+            if isinstance(src, list) and all(isinstance(line, str) for line in src):
+                src = "".join(src)
             if not isinstance(src, str):
-                raise NotANotebook("a code cell's source is not text")
+                raise NotANotebook(f"the file is not a notebook: cell {i + 1}'s source is not "
+                                   "text")
             sources.append(src)
     meta = nb.get("metadata")
     return sources, meta if isinstance(meta, dict) else {}
@@ -70,14 +89,34 @@ def _emit(stream, **event) -> None:
     stream.flush()
 
 
-def main(argv=None) -> int:
+def bound_self(deadline: float, parent: int) -> None:
+    """The judge's own limits: it dies with the process that started it, and the kernel ends
+    it at its deadline (plus a moment to report), at that much CPU time, and at JUDGE_MEMORY."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:          # it went while this process started
+        os._exit(1)
+    seconds = math.ceil(max(0.0, deadline - time.monotonic())) + 3
+    resource.setrlimit(resource.RLIMIT_AS, (JUDGE_MEMORY, JUDGE_MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(seconds)
+
+
+def arguments(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ipulab.course.grading.judge")
     p.add_argument("path")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--deadline", type=float, required=True, help="time.monotonic() to end by")
+    p.add_argument("--parent", type=int, required=True)
     p.add_argument("--set")
     p.add_argument("--skip", action="append", default=[])
     p.add_argument("--result-fd", type=int, required=True)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = arguments(argv)
+    bound_self(args.deadline, args.parent)
     out = os.fdopen(args.result_fd, "w")
     path = Path(args.path)
     try:
@@ -95,7 +134,7 @@ def main(argv=None) -> int:
         for qid in todo:
             _emit(out, qid=qid, status="failed", message=failure)
     elif todo:
-        for verdict in judge_answers(cells, todo, args.timeout,
+        for verdict in judge_answers(cells, todo, args.deadline,
                                      lambda qid: _emit(out, checking=qid)):
             _emit(out, **verdict)
     _emit(out, done=True)

@@ -10,7 +10,10 @@ import html
 import re
 from pathlib import Path
 
+from ..questions.registry import get
 from .gradebook import atomic_write, passed_count
+
+NAME_BYTES = 100           # of a page's file name, before its -hash and .html
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -48,29 +51,54 @@ def feedback_page(student: str, rows: list[dict]) -> str:
             parts.append(f"<tr><td>{_e(q['question'])}</td>"
                          f"<td class=\"{status.replace(' ', '-')}\">{status}</td>"
                          f"<td class=\"message\">{_e(q['message'])}</td>"
-                         f"<td>{_e(q['cycles'])}</td><td>{_e(q['par'])}</td></tr>")
+                         f"<td>{_e(_figure(q['cycles']))}</td><td>{_e(par_text(q))}</td></tr>")
         parts.append("</table>")
     return _PAGE.format(student=_e(student), sets="\n".join(parts))
 
 
+def _figure(value) -> str:
+    return "" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def par_text(row: dict) -> str:
+    """A row's par in its question's unit: cycles, bytes, or simulated seconds (a wait)."""
+    value = row["par"]
+    if not isinstance(value, (int, float)):
+        return _figure(value)
+    try:
+        par = get(row["question"]).par
+    except KeyError:
+        return _figure(value)
+    if par is not None and par.seconds is not None and par.cycles is None:
+        return f"{value:,.1f} s ({value / 60:.1f} min)"
+    if par is not None and par.memory is not None and par.cycles is None:
+        return f"{int(value):,} B"
+    return f"{int(value):,} cycles"
+
+
 def feedback_file_name(student: str, taken: set[str]) -> str:
-    """A safe, unique file name for a student's page (names come from folders, or from a
-    gradebook that may have been tampered with)."""
-    name = re.sub(r"[^\w@.+-]", "_", str(student)).lstrip(".") or "_"
-    if name in taken:
-        name += "-" + hashlib.sha256(str(student).encode()).hexdigest()[:8]
-    taken.add(name)
-    return name + ".html"
+    """A safe, short and unique file name for a student's page, whatever the name (names come
+    from folders, or from a gradebook that may have been tampered with): plain characters,
+    at most NAME_BYTES bytes, and a hash of the whole name where it was cut or is taken (as
+    its case-folded form, for file systems that ignore case)."""
+    name = re.sub(r"[^\w@.+-]", "_", str(student)).lstrip(".-") or "_"
+    short = name.encode()[:NAME_BYTES].decode(errors="ignore")
+    if short != name or short.casefold() in taken:
+        short += "-" + hashlib.sha256(str(student).encode(errors="backslashreplace")
+                                      ).hexdigest()[:12]
+    taken.add(short.casefold())
+    return short + ".html"
 
 
 def write_feedback(rows: list[dict], folder) -> list[Path]:
-    """A feedback page per student in `folder` (created), named after the student."""
+    """A feedback page per student in `folder` (made 0700 if new; pages 0600), named after the
+    student."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     by_student: dict = {}
     for row in rows:
         by_student.setdefault(row["student"], []).append(row)
     taken: set[str] = set()
     return [atomic_write(folder / feedback_file_name(student, taken),
-                          lambda f, page=feedback_page(student, student_rows): f.write(page))
+                         lambda f, page=feedback_page(student, student_rows): f.write(page))
             for student, student_rows in by_student.items()]

@@ -15,9 +15,12 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from signal import SIGXCPU
+
+import numpy as np
 
 from ... import errors
 from ...poplar.codelet_cache import cache_dir, cache_root
@@ -30,6 +33,11 @@ from .sandbox import Limits, Sandbox
 from .wire import SESSION, WireError, judge_dumps, judge_loads, read_frame, write_frame
 
 OUTPUT_LIMIT = 2**20
+CELLS_SHARE = 0.5          # of the notebook's time, for its cells
+# one wording for every question a graded notebook does not answer (check() in a notebook
+# speaks to the learner instead)
+NOT_ANSWERED = ("not answered: the notebook gives no answer to this question (its cell still "
+                "raises NotImplementedError, or no check() of it ran)")
 
 
 class Fate(BaseException):
@@ -63,7 +71,9 @@ def sandbox_for(seconds: float) -> Sandbox:
 
 
 class SandboxedRun:
-    """The submission's process, started in its sandbox for `seconds`, and the pipes to it."""
+    """The submission's process, started in its sandbox, and the pipes to it. It has
+    `seconds` to run its cells; keep_until() then gives it until the notebook's deadline to
+    answer the checks' calls."""
 
     def __init__(self, seconds: float):
         to_r, to_w = os.pipe()
@@ -76,6 +86,7 @@ class SandboxedRun:
             os.close(to_r), os.close(from_w)
         self.to, self.frm = os.fdopen(to_w, "wb"), os.fdopen(from_r, "rb")
         self.output, self.timed_out, self.cell = io.BytesIO(), False, None
+        self.seconds = seconds
         threading.Thread(target=self._drain, daemon=True).start()
         self.timer = threading.Timer(seconds, self._expire)
         self.timer.daemon = True
@@ -89,6 +100,13 @@ class SandboxedRun:
     def _expire(self) -> None:
         self.timed_out = True
         self.box.kill()
+
+    def keep_until(self, deadline: float) -> None:
+        """The cells have run: the process lives on until `deadline` (time.monotonic())."""
+        self.timer.cancel()
+        self.timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._expire)
+        self.timer.daemon = True
+        self.timer.start()
 
     def send(self, obj) -> None:
         try:
@@ -114,8 +132,9 @@ class SandboxedRun:
         where = f" in code cell {self.cell + 1}" if self.cell is not None else ""
         signal = status.get("signal")
         if self.timed_out:
-            return Fate("timed out", f"the notebook ran out of time{where} (limit "
-                                     f"{self.timer.interval:.0f} s)")
+            return Fate("timed out", f"the notebook ran out of time{where} (its cells may run "
+                                     f"for {self.seconds:.0f} s: half the time it had left)"
+                        if self.cell is not None else "the notebook ran out of time")
         if signal == SIGXCPU:
             return Fate("timed out", f"the notebook used up its CPU time{where}")
         if self.box.out_of_memory() or b"MemoryError" in self.output.getvalue()[-4000:]:
@@ -209,8 +228,21 @@ _KEEP = ("target", "replication_factor", "replica_tiles")
 def adopt(state, old: dict, new) -> None:
     """Take a graph state back from a call: it may only have grown. The target stays the
     judge's own; variables, handles and vertices the check made must be as they were."""
+    try:
+        _compare(old, new)
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError):
+        raise Tampering("a call sent back a graph that is not one") from None
+    for mine, theirs in zip(old["vertices"].groups, new["vertices"].groups):
+        theirs.estimates = np.array(mine.estimates, copy=True)     # the check's own estimates
+    vars(state).clear()
+    vars(state).update(new)
+    vars(state).update({k: old[k] for k in _KEEP})
+
+
+def _compare(old: dict, new: dict) -> None:
+    """Tampering unless the graph state `new` holds all of `old` as it was."""
     if not isinstance(new, dict):
-        raise Tampering("a call sent back a graph that is not one")
+        raise TypeError("not a graph state")
     old_vars, new_vars = old["variables"], new.get("variables", [])
     if len(new_vars) < len(old_vars) or any(
             (a.name, a.dtype, a.shape, a.offset) != (b.name, b.dtype, b.shape, b.offset) or
@@ -228,9 +260,6 @@ def adopt(state, old: dict, new) -> None:
             (a.cs, a.first, a.n) != (b.cs, b.first, b.n) or a.codelet.__name__ != b.codelet.__name__
             for a, b in zip(old_groups, new_groups)):
         raise Tampering("your function changed vertices the check had made")
-    vars(state).clear()
-    vars(state).update(new)
-    vars(state).update({k: old[k] for k in _KEEP})
 
 
 def rebuilt(reply) -> BaseException:
@@ -262,25 +291,46 @@ def _frames(frames) -> bool:
 
 
 # --- the questions -------------------------------------------------------------------------------
-def judge_answers(cells: list[str], qids: list[str], timeout: float, checking):
-    """Run the submission, check its answers; yield one verdict dict per question."""
-    sub = SandboxedRun(timeout)
+def run_notebook(sub: SandboxedRun, cells: list[str]) -> tuple:
+    """Run the cells in the sandbox: (answers by question, each cell's outcome, what was
+    noted as forgery, the process's fate if it ended before the cells did)."""
     answers, outcomes, tampered, gone = {}, [], [], None
     try:
         sub.send(cells)
         while True:
             message = sub.receive()
-            if message[0] == "cell":
-                sub.cell = int(message[1])
-            elif message[0] == "answer":
+            kind = message[0] if isinstance(message, tuple) and message else None
+            if kind == "cell" and len(message) == 2 and isinstance(message[1], int):
+                sub.cell = message[1]
+            elif kind == "answer" and len(message) == 3 and isinstance(message[2], (bytes, str)):
                 answers[str(message[1])] = message[2]
-            elif message[0] == "done":
-                outcomes, tampered = message[1], list(message[2])
+            elif kind == "done" and len(message) == 3 and _outcomes(message[1]) and \
+                    isinstance(message[2], list):
+                outcomes, tampered = message[1], [str(t) for t in message[2]]
                 break
+            else:
+                raise WireError("a message that is none of the runner's")
     except Fate as f:
         gone = f
     except WireError as e:
         tampered.append(f"the notebook's process sent what the judge refuses ({e})")
+    return answers, outcomes, tampered, gone
+
+
+def _outcomes(outcomes) -> bool:
+    """Each cell's outcome as the runner sends it: (None or (error name, message), [qid])."""
+    return isinstance(outcomes, list) and all(
+        isinstance(o, tuple) and len(o) == 2 and isinstance(o[1], list) and
+        (o[0] is None or isinstance(o[0], tuple) and len(o[0]) == 2) for o in outcomes)
+
+
+def judge_answers(cells: list[str], qids: list[str], deadline: float, checking):
+    """Run the submission's cells (for half the time left until `deadline`, a
+    time.monotonic(): the checks share the rest), check its answers; yield one verdict dict
+    per question."""
+    sub = SandboxedRun(max(0.5, CELLS_SHARE * (deadline - time.monotonic())))
+    answers, outcomes, tampered, gone = run_notebook(sub, cells)
+    sub.keep_until(deadline)
     SESSION.call = sub.call
     try:
         for qid in qids:
@@ -293,7 +343,8 @@ def judge_answers(cells: list[str], qids: list[str], timeout: float, checking):
 
 def verdict(q, answers, outcomes, tampered, gone) -> dict:
     """Question q's verdict (a dict for the grader) from what the submission sent."""
-    par = q.par.cycles if q.par is not None else None
+    par = None if q.par is None else next(
+        (v for v in (q.par.cycles, q.par.seconds, q.par.memory) if v is not None), None)
     if tampered:
         return dict(qid=q.id, status="tampered", par=par,
                     message="forgery attempt detected: " + "; ".join(tampered[:3]))
@@ -313,6 +364,8 @@ def verdict(q, answers, outcomes, tampered, gone) -> dict:
         status, message, metrics = "tampered", f"forgery attempt detected: {t}", {}
     except WireError as e:
         status, message, metrics = "failed", str(e), {}
+    if status == "not answered":
+        message = NOT_ANSWERED
     return dict(qid=q.id, status=status, message=message, par=par,
                 cycles=(metrics or {}).get("cycles"))
 
@@ -322,10 +375,10 @@ def _unanswered(qid, outcomes, gone) -> tuple[str, str]:
         if qid in checked and error is not None:
             name, text = error
             if name == "NotImplementedError":
-                return "not answered", "not answered (the cell still raises NotImplementedError)"
+                return "not answered", NOT_ANSWERED
             if name == "MemoryError":
                 return "out of memory", "the cell that checks it ran out of memory"
             return "failed", f"the cell that checks it raised {name}: {text}"
     if gone is not None:
         return gone.status, gone.message
-    return "not answered", "no check() of it ran in the notebook"
+    return "not answered", NOT_ANSWERED

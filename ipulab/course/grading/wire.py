@@ -14,6 +14,7 @@ graph only grew).
 """
 from __future__ import annotations
 
+import builtins
 import hashlib
 import importlib
 import inspect
@@ -26,9 +27,16 @@ import numpy as np
 
 from ...errors import IpuLabError
 from ...poplar.executables import RecipePickler
-from .source_check import UnsafeCode, check_codelet_class_source, check_function_source, safe_globals
+from ...poplar.types import as_type
+from ...poplar.vertex import InOut, Input, MultiVertex, Output, Vector, VectorList, Vertex
+from ...poplar.vertices import VertexGroup
+from .generated import regenerate
+from .source_check import UnsafeCode, check_function_source, safe_globals
 
-FRAME_LIMIT = 512 * 2**20          # bytes of one frame from a submission
+FIELD_DIRECTIONS = {"Input": Input, "Output": Output, "InOut": InOut}
+
+FRAME_LIMIT = 256 * 2**20          # bytes of one frame from a submission (set 09's largest: 17 MB)
+TOTAL_LIMIT = 1 * 2**30            # bytes a submission may send in all
 _HEADER = struct.Struct("<Q")
 
 
@@ -42,7 +50,8 @@ def write_frame(stream, payload: bytes) -> None:
 
 
 def read_frame(stream, limit: int = FRAME_LIMIT) -> bytes:
-    """One frame; EOFError if the other side has gone."""
+    """One frame; WireError, before reading it, if it says it is over `limit` bytes; EOFError
+    if the other side has gone."""
     head = stream.read(_HEADER.size)
     if len(head) < _HEADER.size:
         raise EOFError("the other process has gone")
@@ -56,8 +65,27 @@ def read_frame(stream, limit: int = FRAME_LIMIT) -> bytes:
 
 
 # --- the judge reads ---------------------------------------------------------------------------
-_BUILTINS = {"slice", "range", "complex", "set", "frozenset", "bytearray", "bytes", "list",
-             "dict", "tuple", "int", "float", "bool", "str"}
+def _made_of(types_: tuple, what: str):
+    """A builtin constructor that takes only what pickle gives it (values already in the frame,
+    never a size or an iterator that would make something big from a few bytes)."""
+    def make(*args):
+        if len(args) > 1 or not all(isinstance(a, types_) for a in args):
+            raise pickle.UnpicklingError(f"{what} is sent as its values, not made from "
+                                         f"{', '.join(type(a).__name__ for a in args)}")
+        return getattr(builtins, what)(*args)
+    return make
+
+
+_SMALL = (int, float, bool, complex, str, type(None))
+_BUILTINS = {"bytearray": _made_of((bytes, bytearray), "bytearray"),
+             "bytes": _made_of((bytes, bytearray), "bytes"),
+             "set": _made_of((list, tuple, set, frozenset), "set"),
+             "frozenset": _made_of((list, tuple, set, frozenset), "frozenset"),
+             "list": _made_of((list, tuple), "list"), "tuple": _made_of((list, tuple), "tuple"),
+             "dict": _made_of((dict, list, tuple), "dict"),
+             "slice": builtins.slice, "range": builtins.range, "complex": builtins.complex,
+             "int": _made_of(_SMALL, "int"), "float": _made_of(_SMALL, "float"),
+             "bool": _made_of(_SMALL, "bool"), "str": _made_of(_SMALL, "str")}
 _NUMPY = {("numpy", "ndarray"), ("numpy", "dtype")} | {
     (f"numpy.{core}.{module}", name) for core in ("core", "_core")
     for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"),
@@ -75,12 +103,39 @@ _RECIPES = {("ipulab.poputil.variants", "typed_variant"),
             ("ipulab.poplar.tensor", "_slice_suffix"),     # (a view's lazy name: text only)
             ("ipulab.poplar.graph", "_VirtualTarget")}     # (a virtual graph's target)
 _OWN = ("remote_function", "codelet_from_spec", "generated_codelet")
+# of ipulab's own course, only the codelets the exercises give may be named
+_COURSE_CODELETS = "ipulab.course.codelets"
 
 
 def _library_codelet(obj) -> bool:
-    from ...poplar.vertex import Vertex
     return isinstance(obj, type) and issubclass(obj, Vertex) and \
         obj.__module__.startswith("ipulab.") and "<" not in obj.__qualname__
+
+
+class SubmittedVertexGroup(VertexGroup):
+    """A vertex group as a submission sends it, less its fixed cycle estimates: cycles are
+    what the judge's cost model makes of the codelets it compiled itself, never what the
+    submission says (set_perf_estimate, add_vertices(..., estimates=...)). session.adopt gives
+    back the estimates of the vertices a check made itself."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.estimates = np.full(self.tiles.size, -1, np.int64)
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict) or not isinstance(state.get("tiles"), np.ndarray):
+            raise pickle.UnpicklingError("a vertex group is sent as its fields")
+        vars(self).update(state)
+        self.estimates = np.full(self.tiles.size, -1, np.int64)
+
+    def __reduce__(self):          # back to the submission: a vertex group like any other
+        return _vertex_group, (dict(vars(self)),)
+
+
+def _vertex_group(state: dict) -> VertexGroup:
+    group = VertexGroup.__new__(VertexGroup)
+    vars(group).update(state)
+    return group
 
 
 class JudgeUnpickler(pickle.Unpickler):
@@ -88,7 +143,7 @@ class JudgeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):
         if module == "builtins" and name in _BUILTINS:
-            return getattr(__import__("builtins"), name)
+            return _BUILTINS[name]
         if (module, name) in _NUMPY or (module, name) in _RECIPES:
             return getattr(importlib.import_module(module), name)
         if module == "numpy" and isinstance(getattr(np, name, None), type) and \
@@ -96,7 +151,10 @@ class JudgeUnpickler(pickle.Unpickler):
             return getattr(np, name)                     # scalar types: np.float32 ...
         if module == __name__ and name in _OWN:
             return globals()[name]
-        if module.startswith("ipulab.") and not name.startswith("_") and "." not in name:
+        if (module, name) == (VertexGroup.__module__, "VertexGroup"):
+            return SubmittedVertexGroup
+        if module.startswith("ipulab.") and not name.startswith("_") and "." not in name and \
+                (not module.startswith("ipulab.course") or module == _COURSE_CODELETS):
             obj = getattr(importlib.import_module(module), name, None)
             if _library_codelet(obj) or (module in _DATA_MODULES and isinstance(obj, type)):
                 return obj
@@ -111,8 +169,10 @@ def judge_loads(data: bytes, states=()):
         return up.load()
     except RecursionError:
         raise WireError("the submission sent something nested too deeply") from None
+    except MemoryError:
+        raise WireError("the submission sent something too big to be made here") from None
     except (pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError,
-            EOFError, IndexError, KeyError, UnsafeCode, struct.error) as e:
+            EOFError, IndexError, KeyError, IpuLabError, struct.error, OverflowError) as e:
         raise WireError(f"the submission sent something the judge cannot accept: {e}") from None
 
 
@@ -185,7 +245,6 @@ class SubmissionPickler(RecipePickler):
         return None
 
     def reducer_override(self, obj):
-        from ...poplar.vertex import Vertex
         if isinstance(obj, type):
             recipe = vars(obj).get("__ipulab_recipe__")
             if recipe is not None and recipe[0].__name__ == "build_codelet":
@@ -214,7 +273,6 @@ def submission_dumps(obj, handles: Handles, states=()) -> bytes:
 def codelet_spec_of(cls, handles: Handles) -> dict:
     """A submission's codelet class as data: its fields, its compute's source and the numbers
     that source uses from outside it."""
-    from ...poplar.vertex import MultiVertex
     compute = inspect.getattr_static(cls, "compute", None)
     fn = getattr(compute, "__func__", compute)
     try:
@@ -275,9 +333,9 @@ def remote_function(handle, name) -> RemoteFunction:
 
 
 def codelet_from_spec(spec) -> type:
-    """The judge's copy of a submission's codelet, made from its validated source."""
-    from ...poplar import vertex as V
-    from ...poplar.types import as_type
+    """The judge's copy of a submission's codelet, made from its validated source. Its
+    cycle_estimate is the submission's only where the question asks for one (q.prices);
+    elsewhere the judge's cost model prices its vertices by the elements they touch."""
     if not isinstance(spec, dict):
         raise UnsafeCode("a codelet travels as a dict")
     key = spec_digest(spec)
@@ -296,11 +354,11 @@ def codelet_from_spec(spec) -> type:
                 str(attr).startswith("_") or kind not in ("scalar", "vector", "vector_list"):
             raise UnsafeCode(f"field {attr!r} of {name} is not a codelet field")
         shape = as_type(dtype) if kind == "scalar" else \
-            (V.Vector if kind == "vector" else V.VectorList)[as_type(dtype)]
-        ns[attr] = getattr(V, direction)(shape, name=str(conn))
+            (Vector if kind == "vector" else VectorList)[as_type(dtype)]
+        ns[attr] = FIELD_DIRECTIONS[direction](shape, name=str(conn))
     if trusted:
         ns["cycle_estimate"] = staticmethod(_remote_estimate(int(spec["estimate"]), name))
-    cls = type(name, (V.MultiVertex if spec.get("multi") else V.Vertex,), ns)
+    cls = type(name, (MultiVertex if spec.get("multi") else Vertex,), ns)
     SESSION.codelets[(key, trusted)] = cls
     return cls
 
@@ -313,7 +371,6 @@ def _remote_estimate(handle: int, name: str):
 
 
 def generated_codelet(name, source) -> type:
-    """A popops map codelet, re-made from its generated source once source_check accepts it."""
-    from ...popops.codegen import build_codelet
-    check_codelet_class_source(str(source))
-    return build_codelet(str(name), str(source))
+    """A popops map or reduction codelet, made again by the judge's own popops from what its
+    source says popops was asked for (generated.py): never compiled as it was sent."""
+    return regenerate(str(source))

@@ -30,7 +30,7 @@ def check(question_id: str, answer=MISSING, *, quiet: bool = False) -> bool:
     status, message, metrics = evaluate(q, answer)
     record_check(question_id, status, message, metrics)
     if not quiet:
-        show({"passed": True, "failed": False}.get(status), question_id, message)
-        if status == "failed":
+        show({"passed": True, "not answered": None}.get(status, False), question_id, message)
+        if status not in ("passed", "not answered"):
             print(f"  (hint({question_id!r}, 1) gives a hint; there are {len(q.hints)} tiers)")
     return status == "passed"

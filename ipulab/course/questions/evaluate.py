@@ -14,8 +14,9 @@ MISSING = object()          # no answer given
 
 
 def evaluate(q, answer=MISSING) -> tuple[str, str, dict]:
-    """(status, message, metrics) of an answer to question q: 'passed', 'failed' or 'not
-    answered'. Records and prints nothing (check() and the class grader's judge do)."""
+    """(status, message, metrics) of an answer to question q: 'passed', 'failed', 'not
+    answered' or 'out of memory'. Records and prints nothing (check() and the class grader's
+    judge do)."""
     ok, status, metrics = False, "failed", {}
     out = io.StringIO()              # what the learner's code prints during the check
     try:
@@ -37,6 +38,10 @@ def evaluate(q, answer=MISSING) -> tuple[str, str, dict]:
         message = str(f)
     except RecursionError:
         message = "your code recursed too deeply (RecursionError); look for a function calling itself"
+    except MemoryError:
+        status = "out of memory"
+        message = ("checking your answer ran out of memory: does it build something far "
+                   "bigger than the question needs?")
     except Exception as e:      # a bug in the learner's code that escaped the kit
         message = explain(e)
     except KeyboardInterrupt:
