@@ -1,7 +1,7 @@
 """A learner's workspace: their own copy of the course, outside the checkout.
 
     ipulab course workspace [DIR]          # DIR/notebooks/*.ipynb and DIR/exercises/*.ipynb
-    ipulab course workspace --reset FILE   # one file back as the course has it
+    ipulab course workspace --reset FILE   # one file of the workspace back as the course has it
 
 Running and editing notebooks changes them (JupyterLab autosaves outputs and answers), so a
 learner who works in the checkout soon cannot `git pull`. The workspace is a copy of the
@@ -9,7 +9,9 @@ course's notebooks/ and exercises/ (never solutions/) in DIR (default $IPULAB_WO
 ~/ipulab-course). A manifest in DIR/.ipulab/ keeps the content hash of every file as copied, so
 a refresh knows which files the learner changed: those are kept (and named), files the learner
 never touched follow the course, new files of the course are added, and nothing else in DIR is
-touched. Progress (~/.ipulab/progress.json) and `ipulab course check` do not depend on where a
+touched. --reset restores one file of an existing workspace; where DIR holds none (a mistyped
+DIR, $IPULAB_WORKSPACE unset), it makes nothing and says how to make one. Progress
+(~/.ipulab/progress.json) and `ipulab course check` do not depend on where a
 notebook lives: a check knows its set from the question's id and a notebook's file name.
 """
 from __future__ import annotations
@@ -179,10 +181,14 @@ def _course_name(folder: Path, file: str, names: list[str]) -> str:
 def reset(file: str, folder: Path | str | None = None, source: Path | str | None = None) -> Path:
     """Restore one file of the workspace as the course has it (the learner's version is
     overwritten): `file` is e.g. 'exercises/01_one_tile.ipynb', a path to the workspace's
-    copy, or a name only one folder has ('00_welcome_the_ipu.ipynb'). Returns the restored file's path."""
+    copy, or a name only one folder has ('00_welcome_the_ipu.ipynb'). Returns the restored file's
+    path. WorkspaceError, and nothing made, where `folder` is not a workspace."""
     source = Path(source) if source is not None else course_source()
     folder = Path(folder if folder is not None else default_dir()).expanduser().absolute()
     name = _course_name(folder, file, course_files(source))
+    if not _manifest_path(folder).is_file():
+        raise WorkspaceError(f"{folder} is not a workspace (no {STATE}/{MANIFEST}): make one "
+                             f"with `ipulab course workspace {folder}`")
     manifest = read_manifest(folder)
     manifest[name] = _copy(source, folder, name)
     _write_manifest(folder, manifest, source)

@@ -202,6 +202,34 @@ def _starts(policy: str) -> dict:
     return {r.job.name: r.start / MIN for r in s.runs}
 
 
+def _why_not(name: str, said: float) -> str:
+    """Why the backfill schedule does not start job `name` at minute `said`: the jobs already
+    running then hold too many IPUs, or it would run into J3's reservation; or, later than
+    the scheduler, what lets it start sooner."""
+    runs = {r.job.name: r for r in vipu.Scheduler(16, "backfill").run(BACKFILL_TRACE).runs}
+    job, head = runs[name], runs["J3"]
+    start, end = job.start / MIN, job.end / MIN
+    if said > start:
+        busy = sum(r.job.ipus for r in runs.values() if r is not job and
+                   r.start < job.start < r.end)
+        backfilled = job.job.arrival > head.job.arrival and job.start < head.start
+        return (f"it can start earlier: at {start:g}, {16 - busy} IPUs are free for its "
+                f"{job.job.ipus}" + (f", and it ends ({end:g}) before J3's reservation "
+                                     f"({head.start / MIN:g})" if backfilled else ""))
+    if said < job.job.arrival / MIN:
+        return f"it cannot start at {said:g}: it arrives at {job.job.arrival / MIN:g}"
+    holding = [r for r in runs.values() if r is not job and r.start / MIN < said < r.end / MIN]
+    busy = sum(r.job.ipus for r in holding)
+    if 16 - busy < job.job.ipus:
+        who = " and ".join([", ".join(r.job.name for r in holding[:-1]), holding[-1].job.name]
+                           if len(holding) > 1 else [holding[0].job.name])
+        until = f" (until {holding[0].end / MIN:g})" if len(holding) == 1 else ""
+        return (f"it cannot start at {said:g}: {who} hold{'s' if len(holding) == 1 else ''} "
+                f"{busy} of the 16 IPUs{until}, and it needs {job.job.ipus}")
+    return (f"it cannot start at {said:g}: it would still run at {head.start / MIN:g}, when "
+            "J3's reservation begins, on IPUs J3 needs (all of them)")
+
+
 @question(
     "ex11.schedule", title="Predict: a backfill schedule", kind="predict",
     statement="""
@@ -234,10 +262,7 @@ def _schedule(starts):
         raise Fail("that is the FIFO schedule: nobody passes the blocked J3. Backfill lets a "
                    "later job start early when it cannot delay J3's reservation.")
     n = next(n for n in names if said[n] != truth[n])
-    why = (f"it cannot start at {said[n]:g}: it would still run when J3's reservation begins, "
-           "on IPUs J3 needs (all of them)" if said[n] < truth[n] else
-           f"it can start earlier: at {truth[n]:g} it fits and ends before J3's reservation")
-    raise Fail(f"{n}: you said {said[n]:g}, the scheduler says otherwise: {why}.")
+    raise Fail(f"{n}: you said {said[n]:g}, the scheduler says otherwise: {_why_not(n, said[n])}.")
 
 
 # --- 4 ---------------------------------------------------------------------------------------
