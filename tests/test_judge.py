@@ -5,7 +5,6 @@ the intended status and message, change nothing outside the sandbox, and leave t
 questions' grades as they would be. Every case runs the real sandbox (bubblewrap)."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -16,20 +15,8 @@ import pytest
 import ipulab
 from ipulab.course.grading.watchdog import STATUSES, grade_submission
 
-ROOT = Path(__file__).resolve().parent.parent
-QIDS = ("ex01.sum_squares", "ex01.worker_cycles", "ex01.variable_bytes", "ex01.six_workers")
-FUNCTION_CHECK_CELL = 15          # check("ex01.six_workers", six_workers) in notebook 01
-
-
-def notebook(tmp_path, kind: str, *inserts: tuple[int, str], name="01_one_tile.ipynb") -> Path:
-    """Notebook 01 from solutions/ or exercises/ with code cells put in before cell positions."""
-    nb = json.loads((ROOT / kind / "01_one_tile.ipynb").read_text())
-    for where, source in sorted(inserts, reverse=True):
-        nb["cells"].insert(where, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                   "execution_count": None, "source": source})
-    path = tmp_path / name
-    path.write_text(json.dumps(nb))
-    return path
+from hostile_notebooks import (BIG_FRAME, END, FUNCTION_CHECK_CELL, NEVER_ENDS, QIDS, ROOT,
+                              notebook)
 
 
 def statuses(result) -> dict:
@@ -101,20 +88,6 @@ def test_an_endless_loop_times_out(tmp_path):
     assert statuses(result)["ex01.worker_cycles"] == "passed"
 
 
-NEVER_ENDS = [   # (what, where it goes, the cell, the question stopped)
-    ("a program", FUNCTION_CHECK_CELL,
-     "def six_workers(g, x, partials):\n    flag = g.add_constant(poplar.BOOL, [1], [True])\n"
-     "    g.set_tile_mapping(flag, 0)\n"
-     "    return prog.RepeatWhileTrue(prog.Sequence(), flag, prog.Sequence())",
-     "ex01.six_workers"),
-    ("a codelet", 5,
-     "class SumSquares(poplar.Vertex):\n    inp = poplar.Input(poplar.Vector[poplar.FLOAT], "
-     "name='in')\n    out = poplar.Output(poplar.FLOAT)\n\n    @staticmethod\n"
-     "    def compute(inp, out):\n        out[0] = 0.0\n        while out[0] >= 0.0:\n"
-     "            out[0] = out[0] + 1.0", "ex01.sum_squares"),
-    ("the wire", FUNCTION_CHECK_CELL,
-     "def six_workers(g, x, partials):\n    while True:\n        pass", "ex01.six_workers"),
-]
 
 
 @pytest.mark.parametrize("what, where, source, stopped", NEVER_ENDS,
@@ -131,11 +104,7 @@ def test_a_check_that_never_ends_is_stopped_in_time(tmp_path, what, where, sourc
 
 def test_a_small_frame_that_unpickles_into_gigabytes_is_refused(tmp_path):
     """37 bytes on the runner's pipe that would make a 5 GB bytearray in the judge."""
-    frame = ("import os, pickle, struct, sys\nclass Big:\n    def __reduce__(self):\n"
-             "        return (bytearray, (5 * 2**30,))\n"
-             "data = pickle.dumps(Big(), protocol=5)\n"
-             "os.write(int(sys.argv[2]), struct.pack('<Q', len(data)) + data)")
-    result = graded(notebook(tmp_path, "solutions", (3, frame)))
+    result = graded(notebook(tmp_path, "solutions", (3, BIG_FRAME)))
     assert set(statuses(result).values()) == {"tampered"}, result
     assert "bytearray" in result.questions["ex01.sum_squares"].message
 
@@ -160,7 +129,6 @@ def test_a_fork_bomb_is_capped(tmp_path):
     assert own_cgroups(os.getpid()) == []
 
 
-END = 10**6                       # a cell put in here comes last
 # A probe cell collects what it should not have managed in `leaks`; if it managed anything, it
 # answers ex01.worker_cycles with it (the last answer counts), which then fails, saying it.
 LEAK = '\nif leaks:\n    check("ex01.worker_cycles", "LEAK: " + "; ".join(leaks))\n'
