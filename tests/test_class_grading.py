@@ -373,3 +373,13 @@ def test_the_summary_counts_each_kind_of_notebook_and_says_where_it_wrote(klass,
     assert f"written next to {klass.name}/, in {where}:" in printed.out
     for name in ("gradebook.sqlite", "gradebook.csv", "feedback/ (5 pages)"):
         assert name in printed.out
+
+
+def test_a_page_shows_each_par_in_its_unit():
+    from ipulab.course.grading.pages import feedback_page
+    row = dict(zip(COLUMNS, ["ada", "ex11", "ex11.min_wait", "passed", "a mean wait of 88.8 min, "
+                             "1.00× par (88.8 min)", None, 5327.5, 1.0, 1, "11.ipynb", "", "h",
+                             "now"]))
+    page = feedback_page("ada", [row, {**row, "question": "ex01.six_workers", "cycles": 6216,
+                                       "par": 6216}])
+    assert "<td>5,327.5 s (88.8 min)</td>" in page and "<td>6,216 cycles</td>" in page

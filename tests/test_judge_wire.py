@@ -226,3 +226,26 @@ def test_frames_are_capped():
     stream = io.BytesIO((10**12).to_bytes(8, "little") + b"x")
     with pytest.raises(WireError, match="over the limit"):
         read_frame(stream)
+
+
+def test_a_par_in_simulated_seconds_is_the_verdicts_par():
+    """ex11.min_wait is graded against a mean wait: its par (seconds) fills the par column
+    as the message states it."""
+    v = graded_over_the_wire("ex11.min_wait", {"policy": "fair"})
+    par = registry.get("ex11.min_wait").par.seconds
+    assert v["status"] == "passed" and v["par"] == par
+    assert f"par ({par / 60:.1f} min)" in v["message"]
+
+
+def test_a_graded_notebook_says_not_answered_one_way():
+    """Whatever leaves a question unanswered (a function that still raises
+    NotImplementedError, a codelet whose compute does), its verdict says so in the same
+    words, to the instructor reading the gradebook, not to a learner in the notebook."""
+    from ipulab.course.grading.session import NOT_ANSWERED
+
+    def six_workers(g, x, partials):
+        raise NotImplementedError
+
+    v = graded_over_the_wire("ex01.six_workers", six_workers)
+    assert (v["status"], v["message"]) == ("not answered", NOT_ANSWERED)
+    assert "hint(" not in NOT_ANSWERED and "run this cell" not in NOT_ANSWERED

@@ -19,6 +19,8 @@ from ..questions.registry import questions
 from .discovery import FoundNotebook, GradingError, discover
 from .gradebook import Gradebook, GradebookError, write_csv
 from .pages import write_feedback
+from .sandbox import preflight
+from .watchdog import grade_submission
 
 CONNECT_SECONDS = 10           # to reach a dask scheduler given by address
 
@@ -47,14 +49,9 @@ class Run:
 
 
 def default_grader():
-    """The judge's grade_submission, imported only when grading starts, once the sandbox is
-    known to work here."""
+    """The judge's grade_submission, once the sandbox is known to work here."""
     try:
-        from .watchdog import grade_submission     # (the judge's machinery, only once grading)
-        from .sandbox import preflight
         preflight()
-    except ImportError as e:
-        raise GradingError(f"the judge (ipulab.course.grading) cannot be imported: {e}") from None
     except SandboxError as e:
         raise GradingError(f"submissions cannot be sandboxed here: {e}") from None
     return grade_submission

@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ...version import __version__
+from .record import path
 
 PIP = f"{sys.executable} -m pip install"
 REQUIRED = [("numpy", "numpy", None), ("numba", "numba", "0.57"), ("bokeh", "bokeh", "3.0"),
@@ -154,7 +155,6 @@ def check_widgets() -> list[Finding]:
 
 
 def check_progress() -> list[Finding]:
-    from .record import path
     p = path()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

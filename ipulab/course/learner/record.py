@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import getpass
+import html
 import json
 import os
 import platform
@@ -94,7 +95,6 @@ class Progress(dict):
         return self.summary()
 
     def _repr_html_(self) -> str:
-        import html
         return f"<pre>{html.escape(self.summary())}</pre>"
 
     def summary(self) -> str:

@@ -8,6 +8,7 @@ failure becomes a Fail whose message names the vertex, tile and element involved
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import re
 from dataclasses import dataclass
@@ -60,7 +61,6 @@ def require_codelet(cls, fields: dict[str, str]):
         if spec[name].direction != direction:
             raise Fail(f"field {name!r} of {cls.__name__} is {spec[name].direction.title()}, "
                        f"expected {direction.title()}")
-    import inspect
     for fn in (cls.compute, getattr(cls, "cycle_estimate", None)):
         try:
             source = inspect.getsource(fn) if fn is not None else ""

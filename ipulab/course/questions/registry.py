@@ -4,6 +4,7 @@ questions when it is imported (bank/__init__.py imports them all), so a new set 
 module of bank/ and its line in bank/__init__.py."""
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -113,7 +114,6 @@ def get(qid: str) -> Question:
 def _suggest(qid: str) -> str:
     """What to say about an unknown id: the closest questions of its own set (a typo in the
     name), else every question of that set, else the closest ids anywhere, else the sets."""
-    import difflib
     set_id = qid.split(".", 1)[0]
     same = [q for q in REGISTRY if q.split(".", 1)[0] == set_id]
     if same:

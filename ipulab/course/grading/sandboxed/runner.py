@@ -15,6 +15,10 @@ import traceback
 import types
 from pathlib import Path
 
+import numpy as np
+
+from .... import course
+from ....poplar.program import Program
 from ..wire import Handles, read_frame, submission_dumps, write_frame
 
 _CHECK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
@@ -94,7 +98,6 @@ class CheckerImports:
 def _course_stub(sub: AnswerRelay) -> types.ModuleType:
     """ipulab.course as a submission sees it while graded: check() hands the answer over,
     the other calls do nothing, and the progress record is a stand-in that notes forgery."""
-    import ipulab.course as course
     course.check = sub.stub
     course.hint = course.hint_button = course.doctor = course.progress = lambda *a, **k: None
     learner = types.ModuleType("ipulab.course.learner")
@@ -109,7 +112,6 @@ def _course_stub(sub: AnswerRelay) -> types.ModuleType:
 
 
 def _fingerprint() -> dict:
-    import numpy as np
     seen = {name: getattr(np, name) for name in _WATCHED}
     seen.update({f"testing.{n}": getattr(np.testing, n) for n in dir(np.testing)
                  if n.startswith("assert_")})
@@ -117,7 +119,6 @@ def _fingerprint() -> dict:
 
 
 def _noticed(sub: AnswerRelay, course, before: dict) -> None:
-    import numpy as np
     if course.check is not sub.stub:
         sub.tampered.append("replaced ipulab.course.check")
     for name, fn in before.items():
@@ -166,7 +167,6 @@ def _raised(e: BaseException) -> tuple:
 def _back(args) -> tuple:
     """The arguments a call may have added to (programs, lists, dicts), to send back; None
     for the others."""
-    from ....poplar.program import Program
     return tuple(a if isinstance(a, (Program, list, dict)) else None for a in args)
 
 
