@@ -266,9 +266,10 @@ def where_written(submissions, book: Path, csv_file: Path, pages: Path, count: i
     folder SUBMISSIONS is in), else each in full."""
     book, csv_file, pages = (p.absolute() for p in (book, csv_file, pages))
     folder = book.parent
-    names = f"{book.name} (the gradebook), {csv_file.name}, {pages.name}/ ({count} pages)"
+    many = f"{count} page{'' if count == 1 else 's'}"
+    names = f"{book.name} (the gradebook), {csv_file.name}, {pages.name}/ ({many})"
     if csv_file.parent != folder or pages.parent != folder:
-        return (f"gradebook: {book}\ncsv: {csv_file}\nfeedback: {pages}/ ({count} pages)")
+        return f"gradebook: {book}\ncsv: {csv_file}\nfeedback: {pages}/ ({many})"
     submissions = Path(submissions).absolute()
     if submissions.parent == folder:
         return f"written next to {printable(submissions.name)}/, in {printable(folder)}: {names}"
