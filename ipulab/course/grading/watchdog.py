@@ -153,6 +153,8 @@ def _watch(events, decided: dict, result, run: JudgeRun) -> None:
                 return
             for line in lines:
                 _event(line, decided, result, run)
+            if run.done:
+                return
 
 
 def _event(line: bytes, decided: dict, result, run: JudgeRun) -> None:
@@ -181,7 +183,7 @@ def _event(line: bytes, decided: dict, result, run: JudgeRun) -> None:
 def _end(proc, run: JudgeRun) -> None:
     """Kill the judge's process group if it is out of time, else let it end (it is past its
     last event); one killed by its own limits (alarm, CPU time) was out of time too."""
-    if run.stopped:
+    if run.stopped or run.done:
         _kill(proc)
     try:
         proc.wait(timeout=REPORT_SECONDS)
