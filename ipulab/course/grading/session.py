@@ -33,7 +33,7 @@ from .sandbox import Limits, Sandbox
 from .wire import SESSION, WireError, judge_dumps, judge_loads, read_frame, write_frame
 
 OUTPUT_LIMIT = 2**20
-CELLS_SHARE = 0.5          # of the notebook's time, for its cells
+CELLS_SHARE = 0.75         # of the notebook's time, for its cells (the checks have the rest)
 # one wording for every question a graded notebook does not answer (check() in a notebook
 # speaks to the learner instead)
 NOT_ANSWERED = ("not answered: the notebook gives no answer to this question (its cell still "
@@ -133,7 +133,7 @@ class SandboxedRun:
         signal = status.get("signal")
         if self.timed_out:
             return Fate("timed out", f"the notebook ran out of time{where} (its cells may run "
-                                     f"for {self.seconds:.0f} s: half the time it had left)"
+                                     f"for {self.seconds:.0f} s: three quarters of its time)"
                         if self.cell is not None else "the notebook ran out of time")
         if signal == SIGXCPU:
             return Fate("timed out", f"the notebook used up its CPU time{where}")
@@ -321,7 +321,7 @@ def _outcomes(outcomes) -> bool:
 
 
 def judge_answers(cells: list[str], qids: list[str], deadline: float, checking):
-    """Run the submission's cells (for half the time left until `deadline`, a
+    """Run the submission's cells (for three quarters of the time left until `deadline`, a
     time.monotonic(): the checks share the rest), check its answers; yield one verdict dict
     per question."""
     sub = SandboxedRun(max(0.5, CELLS_SHARE * (deadline - time.monotonic())))

@@ -1,14 +1,15 @@
 """grade_submission(path): one notebook graded by judge processes of its own, bounded in time.
 
 Runs in a grading worker (a dask task, or the grader itself). The notebook has `timeout`
-seconds in all, counted from here: starting the judge, running its cells in the sandbox and
-checking every answer. A check may use an even share of the time left (the time left over the
-questions left to check; what a quick check leaves passes to the next). A check still running
-when its share is used up is stopped however it runs — a program or a codelet that never ends
-in the judge, a call into the submission that never returns — by killing the judge, and is
-recorded `timed out`; a new judge checks the questions left, in the time left. Questions left
-unchecked when the time is up are `timed out` too, so every question of the set has a status
-when this returns, and it returns within about `timeout` seconds.
+seconds in all, counted from here: starting the judge, running its cells in the sandbox (for
+three quarters of the time at most) and checking every answer. A check may use an even share of
+the time left (the time left over the questions left to check; what a quick check leaves passes
+to the next). A check still running when its share is used up is stopped however it runs — a
+program or a codelet that never ends in the judge, a call into the submission that never
+returns — by killing the judge, and is recorded `timed out`; a new judge checks the questions
+left, in the time left. Questions left unchecked when the time is up are `timed out` too, so
+every question of the set has a status when this returns, and it returns within about `timeout`
+seconds.
 
 The judge (judge.py) also bounds itself, in case this process cannot: it dies with its parent,
 and the kernel stops it at its deadline (an alarm), at its CPU time and at its address space.
