@@ -249,3 +249,19 @@ def test_a_graded_notebook_says_not_answered_one_way():
     v = graded_over_the_wire("ex01.six_workers", six_workers)
     assert (v["status"], v["message"]) == ("not answered", NOT_ANSWERED)
     assert "hint(" not in NOT_ANSWERED and "run this cell" not in NOT_ANSWERED
+
+
+def test_what_a_submission_sends_in_all_is_capped(monkeypatch):
+    """Frames under the frame limit still add up: past the total, the next is refused unread."""
+    from ipulab.course.grading import session
+    from ipulab.course.grading.wire import write_frame
+    stream, frame = io.BytesIO(), pickle.dumps(bytes(1000))
+    for _ in range(3):
+        write_frame(stream, frame)
+    stream.seek(0)
+    run = session.SandboxedRun.__new__(session.SandboxedRun)
+    run.frm, run.received = stream, 0
+    monkeypatch.setattr(session, "TOTAL_LIMIT", 2 * len(frame) + 10)
+    assert run.receive() == run.receive() == bytes(1000)
+    with pytest.raises(WireError, match=f"{len(frame):,} bytes, over the limit of 10$"):
+        run.receive()

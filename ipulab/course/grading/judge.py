@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ..questions.registry import questions, set_for_notebook, sets
 from .session import judge_answers
+from .watchdog import JUDGE_MEMORY      # (the judge of a set-10 solution peaks at 1.6 GB)
 
 MAX_NOTEBOOK_BYTES = 64 * 2**20
-JUDGE_MEMORY = 4 * 2**30          # address space (the judge of a set-10 solution peaks at 1.6 GB)
 PR_SET_PDEATHSIG = 1
 
 

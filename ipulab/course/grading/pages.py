@@ -41,7 +41,8 @@ def feedback_page(student: str, rows: list[dict]) -> str:
     for set_id, questions in sets.items():
         first = questions[0]
         failure = f"<p>{_e(first['failure'])}</p>\n" if first["failure"] else ""
-        parts.append(f"<h2>{_e(set_id)}: {passed_count(questions)} of {len(questions)} passed</h2>\n"
+        parts.append(f"<h2>{_e(set_id)}: {passed_count(questions)} of {len(questions)} "
+                     "passed</h2>\n"
                      f"<p>notebook {_e(first['notebook'])}, attempt {_e(first['attempt'])}, "
                      f"graded {_e(first['graded_at'])}</p>\n{failure}<table><tr>"
                      "<th>question</th><th>status</th><th>message</th><th>cycles</th>"

@@ -30,7 +30,8 @@ from ..questions.evaluate import evaluate
 from ..questions.messages import where_in
 from ..questions.registry import get
 from .sandbox import Limits, Sandbox
-from .wire import SESSION, WireError, judge_dumps, judge_loads, read_frame, write_frame
+from .wire import (FRAME_LIMIT, SESSION, TOTAL_LIMIT, WireError, judge_dumps, judge_loads,
+                   read_frame, write_frame)
 
 OUTPUT_LIMIT = 2**20
 CELLS_SHARE = 0.75         # of the notebook's time, for its cells (the checks have the rest)
@@ -86,7 +87,7 @@ class SandboxedRun:
             os.close(to_r), os.close(from_w)
         self.to, self.frm = os.fdopen(to_w, "wb"), os.fdopen(from_r, "rb")
         self.output, self.timed_out, self.cell = io.BytesIO(), False, None
-        self.seconds = seconds
+        self.seconds, self.received = seconds, 0
         threading.Thread(target=self._drain, daemon=True).start()
         self.timer = threading.Timer(seconds, self._expire)
         self.timer.daemon = True
@@ -115,10 +116,14 @@ class SandboxedRun:
             raise self.fate() from None
 
     def receive(self, states=()):
+        """The next frame from the submission, unpickled by the judge's rules; refused unread
+        past FRAME_LIMIT bytes, or past TOTAL_LIMIT sent in all."""
         try:
-            return judge_loads(read_frame(self.frm), states)
+            frame = read_frame(self.frm, min(FRAME_LIMIT, TOTAL_LIMIT - self.received))
         except EOFError:
             raise self.fate() from None
+        self.received += len(frame)
+        return judge_loads(frame, states)
 
     def fate(self) -> Fate:
         """Why the process is gone, as a status: from what the sandbox reported (a signal is

@@ -25,12 +25,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 STATUSES = ("passed", "failed", "not answered", "timed out", "out of memory", "crashed",
             "tampered")
 JUDGE = "ipulab.course.grading.judge"
+JUDGE_MEMORY = 4 * 2**30       # the judge's address space (judge.py sets it)
 LINE_BYTES = 2**20             # an event line of the judge's
 REPORT_SECONDS = 2.0           # what a judge past its deadline has to end
 MIN_RUN_SECONDS = 1.0          # a new judge is started only with at least this much time left
@@ -74,7 +75,8 @@ class JudgeRun:
             min(self.deadline, self.started + self.share)
 
 
-def grade_submission(path, *, timeout: float = 600.0, set_id: str | None = None) -> SubmissionResult:
+def grade_submission(path, *, timeout: float = 600.0,
+                     set_id: str | None = None) -> SubmissionResult:
     """Grade one notebook, within about `timeout` seconds; never raises for a bad submission."""
     start = time.monotonic()
     result, decided = SubmissionResult(None), {}
@@ -101,6 +103,9 @@ def grade_submission(path, *, timeout: float = 600.0, set_id: str | None = None)
 
 def _ended_check(run: JudgeRun, timeout: float) -> Verdict:
     """The verdict of the question whose check ended its judge."""
+    if "MemoryError" in run.error:
+        return Verdict("out of memory", "checking this answer took the judge past its memory "
+                                        f"({JUDGE_MEMORY // 2**30} GB of address space)")
     if run.stopped:
         return Verdict("timed out", f"checking this answer took longer than its share of the "
                                     f"notebook's time ({run.share:.0f} of {timeout:g} s): it "
@@ -182,8 +187,9 @@ def _event(line: bytes, decided: dict, result, run: JudgeRun) -> None:
 
 
 def _end(proc, run: JudgeRun) -> None:
-    """Kill the judge's process group if it is out of time, else let it end (it is past its
-    last event); one killed by its own limits (alarm, CPU time) was out of time too."""
+    """Kill the judge's process group once it is done (its verdicts are all out) or out of
+    time; else give it a moment to end. One its own limits ended (alarm, CPU time) was out of
+    time too."""
     if run.stopped or run.done:
         _kill(proc)
     try:
@@ -200,8 +206,3 @@ def _kill(proc) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def result_to_dict(result: SubmissionResult) -> dict:
-    return {"set_id": result.set_id, "seconds": result.seconds, "failure": result.failure,
-            "questions": {q: asdict(v) for q, v in result.questions.items()}}

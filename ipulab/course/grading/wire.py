@@ -1,16 +1,20 @@
 """What crosses between a submission's process and the judge, and how each side reads it.
 
-Frames of pickled data go both ways over pipes. The judge reads the submission's frames with
-JudgeUnpickler, which makes only allow-listed classes (numbers, arrays, ipulab's graph, program,
-target and layer classes, library codelets), so nothing a submission sends can run code in the
-judge. A submission's own functions travel as handles: in the judge a RemoteFunction, whose
-call asks the submission's process to run the function and send back the result. Its codelets
-travel as their source: codelet_from_spec re-makes the class in the judge from source that
-source_check.py validated, so the judge compiles the compute itself (numba, bounds checked).
+Frames of pickled data go both ways over pipes; one from a submission is refused unread over
+FRAME_LIMIT bytes (TOTAL_LIMIT in all: session.py counts). The judge reads the submission's
+frames with JudgeUnpickler, which makes only allow-listed classes (numbers, arrays, ipulab's
+graph, program, target and layer classes, library codelets) and builds containers and bytes
+only from values in the frame, so nothing a submission sends can run code in the judge or make
+gigabytes of a few bytes. A submission's own functions travel as handles: in the judge a
+RemoteFunction, whose call asks the submission's process to run the function and send back the
+result. Its codelets travel as their source: codelet_from_spec re-makes the class in the judge
+from source that source_check.py validated, so the judge compiles the compute itself (numba,
+bounds checked); popops' codelets are made again by the judge's popops (generated.py).
 
 Graphs cross by value. A call sends the graph states its arguments use; the reply sends them
-back as they are after the call, and the judge takes them in place (judge.py checks that a
-graph only grew).
+back as they are after the call, and the judge takes them in place (session.adopt checks that a
+graph only grew). Their vertex groups arrive as SubmittedVertexGroup, without the cycle
+estimates the submission fixed: cycles are the judge's.
 """
 from __future__ import annotations
 

@@ -3,16 +3,16 @@ command, and reports how the command ended.
 
     python -I -S boot.py --status-fd N [--copy SRC DST [--skip PATH]...]... -- COMMAND...
 
-Each --copy copies the read-only folder SRC into DST (a tmpfs of a stated size that the
-sandbox mounted there), leaving out the --skip paths: ipulab's package without the question
-bank, the compiled-codelet cache. Copies keep their files' times, so numba and Python find
-their caches valid; whatever the submission writes there is gone with the sandbox. Then it
-runs COMMAND as its child and writes one JSON line to fd N: {"exit": code} or {"signal": n}
-(or {"boot": why} if it could not start). As the namespace's init it reaps orphans, and no
-process of the sandbox can kill it; the child never holds fd N, and this process cannot be
-traced or read by it (not dumpable): a status on fd N is the sandbox's word, and an exit code
-is read as a signal only when this line says so. When the command ends, so does the sandbox. Run by path, without site: it imports
-no ipulab module (the package is not in place before the copy).
+Each --copy copies the read-only folder SRC into DST (a tmpfs of a stated size that the sandbox
+mounted there), leaving out the --skip paths: ipulab's package without the question bank, the
+compiled-codelet cache. Copies keep their files' times, so numba and Python find their caches
+valid; whatever the submission writes there is gone with the sandbox. Then it runs COMMAND as
+its child and writes one JSON line to fd N: {"exit": code} or {"signal": n} (or {"boot": why}
+if it could not start). As the namespace's init it reaps orphans, and no process of the sandbox
+can kill it; the child never holds fd N, and this process cannot be traced or read by it (not
+dumpable): a status on fd N is the sandbox's word, and an exit code is read as a signal only
+when this line says so. When the command ends, so does the sandbox. Run by path, without site:
+it imports no ipulab module (the package is not in place before the copy).
 """
 import ctypes
 import json
