@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write the exercises (default: the checkout's exercises/)")
     build.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 if exercises/ is out of date")
-    check = csub.add_parser("check", help="run notebooks and grade their checks (exit 0: all passed)")
+    check = csub.add_parser("check", help="a learner's self-check: run your own notebooks and show "
+                            "their checks (not a grade: see grade; exit 0: all passed)")
     check.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of notebooks")
     check.add_argument("--jobs", "-j", type=int, default=1, help="notebooks run in parallel")
     check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
@@ -188,7 +189,8 @@ def _grade_parser(csub) -> None:
     g.add_argument("--feedback", metavar="DIR", default=None,
                    help="where the feedback pages go (default: feedback/ next to the CSV)")
     g.add_argument("--timeout", metavar="S", type=float, default=600.0,
-                   help="seconds allowed per notebook (default 600)")
+                   help="seconds a notebook may take in all, its cells and its checks "
+                   "(default 600)")
     g.add_argument("--workers", metavar="N", type=int, default=2,
                    help="local dask worker processes (default 2; 0: grade in this process, "
                    "one notebook at a time, without dask)")

@@ -1,4 +1,5 @@
-"""`ipulab course check PATH...`: grade notebooks from the command line.
+"""`ipulab course check PATH...`: a learner's self-check of notebooks, from the command line
+(it trusts the notebook's own kernel: not a grade; `ipulab course grade` grades a class).
 
 Each notebook runs top to bottom in a fresh kernel (nbclient, errors allowed so one unfinished
 question does not hide the others), with $IPULAB_PROGRESS pointing at a temporary file: every
