@@ -73,7 +73,7 @@ def _is_root() -> bool:
 def lab_command(port: int | None = None, folder: Path | None = None) -> list[str]:
     """The JupyterLab command line that `ipulab lab` runs on `folder` (default: the learner's
     workspace); built apart so tests need no server."""
-    from ipulab.course.workspace import default_dir
+    from ipulab.course.learner.workspace import default_dir
 
     cmd = [sys.executable, "-m", "jupyterlab", str(folder or default_dir())]
     if port is not None:
@@ -86,7 +86,7 @@ def lab_command(port: int | None = None, folder: Path | None = None) -> list[str
 def lab_env(folder: Path) -> dict[str, str]:
     """The environment of `ipulab lab`: the workspace's Jupyter config (page_config.json without
     the news and update toasts) first on JUPYTER_CONFIG_PATH, the user's own config after it."""
-    from ipulab.course.workspace import write_lab_config
+    from ipulab.course.learner.workspace import write_lab_config
 
     config = str(write_lab_config(folder))
     rest = os.environ.get("JUPYTER_CONFIG_PATH")
@@ -98,7 +98,7 @@ def lab_main(args) -> int:
     """`ipulab lab [DIR]`: JupyterLab on the learner's workspace (made first if it does not
     exist yet; `ipulab course workspace` refreshes it), so running the course never edits
     the checkout."""
-    from ipulab.course.workspace import default_dir, read_manifest, refresh
+    from ipulab.course.learner.workspace import default_dir, read_manifest, refresh
     from ipulab.errors import WorkspaceError
 
     folder = Path(args.folder or default_dir()).expanduser().absolute()
@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write the exercises (default: the checkout's exercises/)")
     build.add_argument("--check", action="store_true",
                        help="write nothing; exit 1 if exercises/ is out of date")
-    check = csub.add_parser("check", help="run notebooks and grade their checks (exit 0: all passed)")
+    check = csub.add_parser("check", help="a learner's self-check: run your own notebooks and show "
+                            "their checks (not a grade: see grade; exit 0: all passed)")
     check.add_argument("paths", nargs="+", metavar="PATH", help="notebooks or folders of notebooks")
     check.add_argument("--jobs", "-j", type=int, default=1, help="notebooks run in parallel")
     check.add_argument("--timeout", type=int, default=600, help="seconds allowed per cell")
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _grade_parser(csub) -> None:
-    """`ipulab course grade`'s arguments (the work is ipulab.course.classgrade's)."""
+    """`ipulab course grade`'s arguments (the work is ipulab.course.grading.class_grader's)."""
     g = csub.add_parser(
         "grade", help="grade a class's notebooks into a gradebook, on dask (sandboxed)",
         description="Grade every notebook of every student (SUBMISSIONS/STUDENT/*.ipynb, or "
@@ -188,7 +189,8 @@ def _grade_parser(csub) -> None:
     g.add_argument("--feedback", metavar="DIR", default=None,
                    help="where the feedback pages go (default: feedback/ next to the CSV)")
     g.add_argument("--timeout", metavar="S", type=float, default=600.0,
-                   help="seconds allowed per notebook (default 600)")
+                   help="seconds a notebook may take in all, its cells and its checks "
+                   "(default 600)")
     g.add_argument("--workers", metavar="N", type=int, default=2,
                    help="local dask worker processes (default 2; 0: grade in this process, "
                    "one notebook at a time, without dask)")
@@ -484,8 +486,8 @@ def cache_command(action: str) -> int:
 
 def workspace_command(args) -> int:
     """`ipulab course workspace [DIR] [--reset FILE]`: make or refresh the learner's copy of
-    the course (ipulab.course.workspace), or restore one file; prints DIR last."""
-    from ipulab.course import workspace
+    the course (ipulab.course.learner.workspace), or restore one file; prints DIR last."""
+    from ipulab.course.learner import workspace
     from ipulab.errors import WorkspaceError
 
     try:
@@ -504,7 +506,7 @@ def workspace_command(args) -> int:
 def course_main(args, parser) -> int:
     """`ipulab course build | check | grade | workspace | doctor`."""
     if args.course_command == "build":
-        from ipulab.course.build import BuildError, build
+        from ipulab.course.questions.build import BuildError, build
         solutions = args.solutions or course_dir("solutions")
         exercises = args.exercises or course_dir("exercises")
         try:
@@ -520,18 +522,18 @@ def course_main(args, parser) -> int:
             print(f"{exercises} is up to date with {solutions}")
         return 0
     if args.course_command == "check":
-        from ipulab.course.grade import main as grade_main
+        from ipulab.course.learner.check_notebooks import main as grade_main
         return grade_main(args.paths, jobs=args.jobs, timeout=args.timeout,
                           json_path=args.json_path, verbose=args.verbose)
     if args.course_command == "grade":
-        from ipulab.course.classgrade import main as class_grade
+        from ipulab.course.grading.class_grader import main as class_grade
         return class_grade(args.submissions, gradebook=args.gradebook, csv_path=args.csv,
                            feedback=args.feedback, timeout=args.timeout, workers=args.workers,
                            scheduler=args.scheduler)
     if args.course_command == "workspace":
         return workspace_command(args)
     if args.course_command == "doctor":
-        from ipulab.course.doctor import doctor
+        from ipulab.course.learner.doctor import doctor
         report = doctor()
         print(repr(report))
         return 0 if report.ok else 1
