@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ipulab import cli
+from ipulab.cli import train as train_cli
 
 
 @pytest.fixture
@@ -14,7 +15,7 @@ def no_work(monkeypatch):
     """Any training or planning now is a failure: the check must come first."""
     def work(*args, **kwargs):
         raise AssertionError("work started before the report's path was checked")
-    monkeypatch.setattr(cli, "train_config", work)
+    monkeypatch.setattr(train_cli, "train_config", work)
     monkeypatch.setattr(cli.plan_command, "run", work)
 
 
@@ -40,7 +41,7 @@ def test_a_writable_path_passes(tmp_path):
 
 
 def test_the_progress_line_labels_the_batch_as_the_table_labels_the_test():
-    line = cli._progress(1, 5, 22, 22, 1.74712, 0.671875)
+    line = train_cli._progress(1, 5, 22, 22, 1.74712, 0.671875)
     assert line.endswith("22/22  batch loss 1.7471  batch accuracy 67.19%")
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from ipulab import cli, nn
+from ipulab.cli import train as train_cli
 
 
 def run(capsys, *args):
@@ -19,7 +20,7 @@ def row(out: str, name: str) -> str:
 
 def test_the_flag_picks_the_transformer_run():
     a = cli.build_parser().parse_args(["train", "--model", "transformer", "--lr", "0.05"])
-    assert cli.train_config(a) == nn.TrainConfig.transformer_run(lr=0.05)
+    assert train_cli.train_config(a) == nn.TrainConfig.transformer_run(lr=0.05)
     config = nn.TrainConfig.transformer_run()
     assert (config.system, config.replicas, config.batch_size, config.epochs) == \
         ("ipu", 1, 16, 2)
@@ -34,7 +35,7 @@ def test_a_small_run_prints_token_accuracy_and_the_step(capsys, tmp_path):
     assert out.startswith("small GPT sorting tokens, ipu (1 IPU(s) x 64 tiles), 1 replica(s) "
                           "x batch 32, SGD lr 0.1 momentum 0.9")
     # one progress line (stdout is not a terminal): 4,096 // 32 = 128 steps
-    assert "epoch 1/1 [" + "#" * cli.PROGRESS_WIDTH + "] 128/128" in out
+    assert "epoch 1/1 [" + "#" * train_cli.PROGRESS_WIDTH + "] 128/128" in out
     assert "batch token accuracy " in out and "%" in out.split("batch token accuracy ")[1][:8]
     for name in ("test token accuracy", "test loss", "test answer tokens right",
                  "test answers all right", "simulated step time", "sequences/s (simulated)",
@@ -70,6 +71,6 @@ def test_sorted_rows_come_from_the_devices_predictions():
             return np.array([[0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 2, 1], [0, 0, 0, 0]])
 
     y = np.array([[5, 5, 1, 1], [5, 5, 1, 2], [5, 5, 2, 2], [5, 5, 1, 1]])
-    rows = dict(cli._sorted_rows(Fake(), np.zeros((4, 4), np.int64), y))
+    rows = dict(train_cli._sorted_rows(Fake(), np.zeros((4, 4), np.int64), y))
     assert rows == {"test answer tokens right": "50.00%", "test answers all right":
                     "25.00% of 4"}

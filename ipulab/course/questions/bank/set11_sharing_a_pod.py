@@ -126,9 +126,10 @@ MISREAD = {   # (your outcome, the controller's): what the confusion is
     ("AllocationError", "NoFreeIpusError"):
         "the allocation 'ours' is big enough (8 IPUs); it is its free IPUs that do not form a "
         "block of 8.",
-    ("UnknownPartitionError", "PartitionOwnerError"):
-        "the controller finds the partition by name, then refuses because only its creator "
-        "may remove it.",
+    ("PartitionOwnerError", "UnknownPartitionError"):
+        "a partition that is not yours and not shared with you is invisible to you: the "
+        "controller says it does not know it rather than whose it is (a refusal must not "
+        "reveal what you cannot see).",
     ("NoFreeIpusError", "created"):
         "IPUs 4 to 7 are free: an aligned block of 4.",
 }
@@ -157,7 +158,8 @@ label to `"created"` or the name of the error class the controller raises (from
     hints=[
         "The rules, in the order the controller checks them: a valid name, a power-of-two "
         "size, a unique name, an allocation granted to you that is big enough, then a free "
-        "aligned block in it. Removing: only the creator may.",
+        "aligned block in it. Removing: only the creator may, and a partition you cannot see "
+        "is one the controller does not know (for you).",
         "'ours' has IPUs 0-7; you-a and you-b take 0-1 and 2. Which aligned blocks of 4 and 8 "
         "are still free? And no allocation of yours has 16 IPUs.",
         "Build this Pod in your notebook (vipu.connect(db, user) for admin, zoe and you) and "
