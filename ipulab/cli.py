@@ -331,7 +331,7 @@ def train_config(args):
 
 def _title(config, target, model: str = "cnn") -> str:
     pipeline = "" if config.pipeline is None else \
-        f"pipeline stages at {list(config.pipeline)} with {config.micro} micro-batches, "
+        f"pipeline stages at {list(config.pipeline)} with {config.micro_batches} micro-batches, "
     system = target.system.name if target.partition else config.system   # pod16:NAME#id
     what = "small GPT sorting tokens" if model == "transformer" else "default CNN on digits"
     return (f"{what}, {system} ({target.num_ipus} IPU(s) x "

@@ -1,0 +1,774 @@
+"""Tensor parallelism for transformers: attention heads and the feed-forward split across the
+IPUs of a stage as Megatron-LM splits them (Shoeybi et al. 2019), and in 2-D as Graphcore's
+PopXL GPT-3 application does (graphcore/examples nlp/gpt3_175B/popxl).
+
+    nn.Trainer(nn.small_gpt(), pod, replicas=2, tensor_parallel=2)        # 1-D: t = 2
+    nn.Trainer(nn.small_gpt(), pod, replicas=2, tensor_parallel=(2, 2))   # 2-D: t1 x t2 = "2x2"
+
+Shard (i1, i2) of a stage's t1 x t2 shards is its IPU i1 * t2 + i2 (1-D: t2 = 1). t1 splits
+the heads and the feed-forward's width f (Megatron), t2 the hidden dimension d (PopXL's
+tp2). An activation [B, S, d] between layers is held by every shard: identical over t1, its
+columns split over t2 (shard (i1, i2) holds columns block i2 of copy i1); for t2 = 1 every IPU
+holds the whole activation. In a block (TransformerEncoderLayer), per sublayer:
+
+  LayerNorm       on every shard, on its copy (t2 > 1: over its d / t2 columns, the row
+                  statistics all-reduced over t2, as PopXL's LayerNormDistributed)
+  column-parallel self_attn's in_proj (shard i1: the q, k and v rows of its h / t1 heads),
+                  linear1 (its f / t1 rows); t2 > 1: weight blocks [.. / t1, d / t2], the
+                  products all-reduced over t2, then the bias
+  per head        scores, softmax, dropout and context of the shard's heads; the activation
+                  (GELU or ReLU) of its feed-forward columns
+  row-parallel    out_proj and linear2 (their input features: the shard's heads' or
+                  feed-forward columns), all-reduced over t1 -- the sublayer's ONE
+                  all-reduce forward; then their bias, dropout and the residual on every
+                  shard
+  backward        the row-parallel layers' input gradients all-reduced over t2 (t2 > 1), the
+                  column-parallel layers' over t1: ONE all-reduce per sublayer (1-D)
+
+So a 1-D block all-reduces twice forward and twice backward; a 2-D one six times each way
+(LayerNorm statistics, the column products over t2, the row products over t1; backward the
+LayerNorm's sums, the row-parallel input gradients over t2, the column ones over t1), as
+PopXL places its replicated_all_reduce_identical_inputs / identical_grad_inputs.
+
+Around the blocks: nn.Embedding is vocab-parallel (Megatron's VocabParallelEmbedding and
+PopXL's: shard i1 looks up the ids in its rows of the table (others read as zeros), the
+lookups all-reduced over t1; its gradient lands in each shard's own rows);
+nn.PositionalEmbedding is kept whole on every shard (Megatron's position table is not split;
+it is [max_len, d], small), split over t2 by columns; a final nn.Linear (to the vocabulary)
+is column-parallel over t1 (t2: by input columns, all-reduced) and its logits are gathered
+for the loss: the loss reads the shards' columns (a view of them) over the IPU-Links, which
+costs B x S x V values per step (Megatron's vocab-parallel cross-entropy saves that at
+V = 50k; at the course's V = 64 it is a few kB). A layer without weights (GELU, Dropout, ...)
+between them runs whole on copy 0.
+
+Weights: each element lives on one IPU. A weight split by the scheme lives with its shard;
+one every shard uses whole (LayerNorm's, the row-parallel biases, the position table; over
+t2 their column blocks) lives once, on the first IPU of the shards that share it, and the
+others read it over the IPU-Links: the same numbers as Megatron's copy per rank, updated
+with the same gradient, without t - 1 copies of it and of its optimizer state. Dropout
+draws its masks on the whole tensor the shards' pieces make (poprand's streams depend on
+the element's index), so they are the one-IPU run's.
+"""
+from __future__ import annotations
+
+import copy
+from typing import NamedTuple
+
+from .. import popops, poprand, poputil
+from ..errors import ConfigError
+from ..poplar import FLOAT, concat, parallel
+from ..poplar import program as prog
+from ..popops import expr as E
+from ..popops.expr import _1, _2, _3, _4, _5
+from .layers import Linear, ReLU
+from .tensor_parallel import shard_graphs, split_bounds
+from .transformer import (Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
+                          TransformerEncoderLayer, _Part)
+
+SPLIT_LAYERS = (Embedding, PositionalEmbedding, LayerNorm, MultiheadAttention,
+                TransformerEncoderLayer, Linear)
+
+
+def is_transformer(model) -> bool:
+    """Whether model has a transformer layer (then tensor parallelism is Megatron's)."""
+    return any(isinstance(layer, SPLIT_LAYERS[:-1]) for layer in model.layers)
+
+
+# --- where each weight's elements live --------------------------------------------------------
+class Axis(NamedTuple):
+    """One dimension of a weight: split over grid dimension `dim` (1: t1, 2: t2; 0: whole),
+    as segments (owner, lo, hi) in the weight's order (q, k and v: three per owner)."""
+
+    dim: int
+    segments: tuple
+
+
+def _axis(n: int, dim: int, parts: int, blocks: int = 1) -> Axis:
+    if dim == 0 or parts == 1:
+        return Axis(0, ((0, 0, n),))
+    size = n // blocks
+    return Axis(dim, tuple((i, j * size + lo, j * size + hi) for j in range(blocks)
+                           for i, (lo, hi) in enumerate(split_bounds(size, parts))))
+
+
+def _index(axis: Axis, k) -> int:
+    return k[axis.dim - 1] if axis.dim else 0
+
+
+def view(t, layout, k):
+    """Shard k's part of weight t (its segments along every axis, joined)."""
+    for a, axis in enumerate(layout):
+        i = _index(axis, k)
+        parts = [t.slice(lo, hi, a) for o, lo, hi in axis.segments if o == i]
+        t = parts[0] if len(parts) == 1 else concat(parts, a)
+    return t
+
+
+def owns(layout, k) -> bool:
+    """Whether shard k holds (and maps) its part: the first shard of those that share it."""
+    dims = {axis.dim for axis in layout}
+    return all(k[d - 1] == 0 for d in (1, 2) if d not in dims)
+
+
+def assemble(pieces: dict, layout):
+    """The whole weight (a view) from its owners' parts {k: part} (the inverse of view)."""
+    local = []
+    for axis in layout:
+        at, segs = {}, []
+        for o, lo, hi in axis.segments:
+            start = at.get(o, 0)
+            segs.append((axis.dim, o, start, start + hi - lo))
+            at[o] = start + hi - lo
+        local.append(segs)
+
+    def block(chosen):
+        k = [0, 0]
+        for dim, o, _, _ in chosen:
+            if dim:
+                k[dim - 1] = o
+        t = pieces[tuple(k)]
+        for a, (_, _, lo, hi) in enumerate(chosen):
+            if (lo, hi) != (0, t.shape[a]):
+                t = t.slice(lo, hi, a)
+        return t
+
+    def join(parts, a):
+        return parts[0] if len(parts) == 1 else concat(parts, a)
+
+    if len(layout) == 1:
+        return join([block((s,)) for s in local[0]], 0)
+    return join([join([block((r, c)) for c in local[1]], 1) for r in local[0]], 0)
+
+
+def layouts(layer, t1: int, t2: int) -> dict:
+    """{weight name: layout} of a layer split over t1 x t2 shards (see the module)."""
+    def ax(n, dim, blocks=1):
+        return _axis(n, dim, t1 if dim == 1 else t2, blocks)
+
+    if isinstance(layer, TransformerEncoderLayer):
+        d, f = layer.d_model, layer.dim_feedforward
+        out = {f"self_attn.{k}": v for k, v in
+               layouts(layer.self_attn.layer, t1, t2).items()}
+        out.update({"linear1.weight": (ax(f, 1), ax(d, 2)), "linear1.bias": (ax(f, 1),),
+                    "linear2.weight": (ax(d, 2), ax(f, 1)), "linear2.bias": (ax(d, 2),)})
+        out.update({f"{n}.{w}": (ax(d, 2),) for n in ("norm1", "norm2")
+                    for w in ("weight", "bias")})
+        return out
+    if isinstance(layer, MultiheadAttention):
+        d = layer.embed_dim
+        return {"in_proj_weight": (ax(3 * d, 1, 3), ax(d, 2)),
+                "in_proj_bias": (ax(3 * d, 1, 3),),
+                "out_proj.weight": (ax(d, 2), ax(d, 1)), "out_proj.bias": (ax(d, 2),)}
+    if isinstance(layer, Embedding):
+        return {"weight": (ax(layer.num_embeddings, 1), ax(layer.embedding_dim, 2))}
+    if isinstance(layer, PositionalEmbedding):
+        return {"weight": (ax(layer.max_len, 0), ax(layer.dim, 2))}
+    if isinstance(layer, LayerNorm):
+        return {"weight": (ax(layer.dim, 2),), "bias": (ax(layer.dim, 2),)}
+    if isinstance(layer, Linear):
+        return {"weight": (ax(layer.out_features, 1), ax(layer.in_features, 2)),
+                "bias": (ax(layer.out_features, 1),)}
+    return {}
+
+
+def _check(model, t1: int, t2: int) -> None:
+    """ConfigError naming the first layer the t1 x t2 split cannot take."""
+    t = f"{t1}x{t2}" if t2 > 1 else t1
+    for i, layer in enumerate(model.layers):
+        if not layer.param_names:
+            continue
+        where = f"layer {i} ({layer!r})"
+        if not isinstance(layer, SPLIT_LAYERS):
+            raise ConfigError("tensor_parallel", f"splits a transformer's layers (Embedding, "
+                              f"PositionalEmbedding, LayerNorm, MultiheadAttention, "
+                              f"TransformerEncoderLayer, Linear); {where} cannot be split", t)
+        attention = layer.self_attn.layer if isinstance(layer, TransformerEncoderLayer) else \
+            layer if isinstance(layer, MultiheadAttention) else None
+        if attention is not None and attention.num_heads % t1:
+            raise ConfigError("tensor_parallel", f"splits the attention heads over t1 = {t1} "
+                              f"IPUs: {where} has {attention.num_heads} heads, which "
+                              f"{t1} does not divide", t)
+        for name, layout in layouts(layer, t1, t2).items():
+            for axis, n in zip(layout, layer.param_shapes()[name]):
+                parts = (1, t1, t2)[axis.dim]
+                if n < parts:
+                    raise ConfigError("tensor_parallel", f"splits {where}'s {name} "
+                                      f"({n} wide) over {parts} IPUs: too few to split", t)
+
+
+# --- the shards of a stage --------------------------------------------------------------------
+class Grid:
+    """The t1 x t2 shards of a stage's graph: shard (i1, i2) on IPU i1 * t2 + i2."""
+
+    def __init__(self, graph, t1: int, t2: int):
+        self.graph, self.t1, self.t2 = graph, t1, t2
+        self.graphs = shard_graphs(graph, t1 * t2)
+        self.shards = [(i1, i2) for i1 in range(t1) for i2 in range(t2)]
+
+    def of(self, k):
+        return self.graphs[k[0] * self.t2 + k[1]]
+
+    def groups(self, dim: int) -> list[list]:
+        """The shards that differ only in grid dimension dim (1: over t1), group by group."""
+        if dim == 1:
+            return [[(i1, i2) for i1 in range(self.t1)] for i2 in range(self.t2)]
+        return [[(i1, i2) for i2 in range(self.t2)] for i1 in range(self.t1)]
+
+    def each(self, seq, name: str, fn) -> dict:
+        """fn(k, graph of k, its sequence) for every shard, side by side (the k-th step of
+        each in one superstep, poplar.parallel): {k: what fn returned}."""
+        out, seqs = {}, []
+        for k in self.shards:
+            s = prog.Sequence()
+            out[k] = fn(k, self.of(k), s)
+            seqs.append(s)
+        seq.add(parallel(self.graph, seqs, name))
+        return out
+
+    def copies(self, seq, name: str, sources: dict) -> dict:
+        """{key: a new variable on shard k's IPU holding t} for sources {key: (k, t)}, all in
+        ONE exchange."""
+        out, moves = {}, []
+        for key, (k, t) in sources.items():
+            g = self.of(k)
+            out[key] = g.add_variable(t.dtype, list(t.shape), f"{name}/shard{k[0]}.{k[1]}")
+            poputil.map_tensor_linearly(g, out[key])
+            moves.append(prog.Copy(t, out[key], name=name))
+        seq.add(parallel(self.graph, moves, name))
+        return out
+
+    def all_reduce(self, seq, name: str, parts: dict, dim: int) -> dict:
+        """The sum of parts {k: tensor} over grid dimension dim (1: over t1), on each shard:
+        a reduce-scatter (member j of a group receives chunk j of the others' parts and adds
+        them, in the group's order) and an all-gather of the sums, every group at once: two
+        exchanges and one compute set, 2 (n - 1) / n of a part over the IPU-Links per IPU."""
+        groups = self.groups(dim)
+        if len(groups[0]) == 1:
+            return parts
+        flat = {k: t.flatten() for k, t in parts.items()}
+        # group by group (their parts may differ in size): chunk j of the sum, on member j
+        chunks = {k: split_bounds(flat[k].num_elements(), len(group))
+                  for group in groups for k in group}
+        owners = {k: group[:len(chunks[k])] for group in groups for k in group}
+        got = self.copies(seq, f"{name}/reduce_scatter", {
+            (dst, src): (dst, flat[src].slice(lo, hi)) for group in groups
+            for (lo, hi), dst in zip(chunks[group[0]], group) for src in group if src != dst})
+
+        def add(k, g, s):
+            group = next(gr for gr in groups if k in gr)
+            j = group.index(k)
+            if j >= len(chunks[k]):
+                return None
+            lo, hi = chunks[k][j]
+            terms = [flat[k].slice(lo, hi) if src == k else got[k, src] for src in group]
+            return popops.reduce(g, concat([t.reshape([1, hi - lo]) for t in terms]), [0],
+                                 "add", s, f"{name}/add")
+
+        sums = self.each(seq, f"{name}/add", add)
+        gathered = self.copies(seq, f"{name}/all_gather", {
+            (dst, owner): (dst, sums[owner]) for dst in flat for owner in owners[dst]
+            if owner != dst})
+        return {k: concat([sums[k] if owner == k else gathered[k, owner]
+                           for owner in owners[k]]).reshape(list(parts[k].shape))
+                for k in flat}
+
+
+# --- the pieces a layer is built from, on each shard ------------------------------------------
+class _Self:
+    """A layer in the place of a part (a standalone Linear or LayerNorm): its own weight names,
+    its own build (names unscoped)."""
+
+    scope, stream = "", 0
+
+    def __init__(self, layer):
+        self.layer, self.keys = layer, {n: n for n in layer.param_names}
+
+    def forward(self, b, x, relu: bool = False):
+        b.relu = relu
+        return self.layer.forward(b, x)
+
+    def backward(self, b, dy, need_dx: bool = True):
+        b.need_dx = need_dx
+        return self.layer.backward(b, dy)
+
+
+def _scoped(part, what: str) -> str:
+    return f"{part.scope}/{what}" if part.scope else what
+
+
+def _last_axis(pieces: list):
+    """The whole tensor of pieces split along the last axis, and the cut back (dropout)."""
+    a = pieces[0].rank - 1
+    starts = [sum(p.shape[a] for p in pieces[:i]) for i in range(len(pieces))]
+    whole = pieces[0] if len(pieces) == 1 else concat(pieces, a)
+    return whole, lambda t, i: t.slice(starts[i], starts[i] + pieces[i].shape[a], a)
+
+
+def _heads_axis(samples: int):
+    """For attention weights [B*h_i, S, S] of each shard's heads: the whole [B*h, S, S] (sample
+    major, as one IPU holds them), and the cut back."""
+    def join(pieces: list):
+        _, S, S2 = pieces[0].shape
+        heads = [p.shape[0] // samples for p in pieces]
+        starts = [sum(heads[:i]) for i in range(len(heads))]
+        whole = concat([p.reshape([samples, h, S, S2]) for p, h in zip(pieces, heads)], 1)
+        return whole.reshape([samples * sum(heads), S, S2]), \
+            lambda t, i: t.reshape([samples, sum(heads), S, S2]).slice(
+                starts[i], starts[i] + heads[i], 1).reshape([samples * heads[i], S, S2])
+    return join
+
+
+class Megatron:
+    """A transformer's layers shared by the t1 x t2 IPUs of each stage (see the module):
+    map_weight places each weight, forward and backward build a layer's step on its shards."""
+
+    def __init__(self, model, t1: int, t2: int = 1):
+        _check(model, t1, t2)
+        self.t1, self.t2, self.ipus = t1, t2, t1 * t2
+        self._grids: dict = {}
+        self._held: dict = {}        # id(copy 0) -> (copy 0, grid, {shard: piece})
+
+    def grid(self, graph) -> Grid:
+        got = self._grids.get(id(graph))
+        if got is None or got[0] is not graph:
+            got = self._grids[id(graph)] = (graph, Grid(graph, self.t1, self.t2))
+        return got[1]
+
+    def layouts(self, layer) -> dict:
+        return layouts(layer, self.t1, self.t2)
+
+    def map_weight(self, graph, layer, name: str, tensor) -> None:
+        """Each shard's part of a weight linearly on its IPU (a part shared by several shards
+        on the first of them)."""
+        layout, grid = self.layouts(layer)[name], self.grid(graph)
+        for k in grid.shards:
+            if owns(layout, k):
+                poputil.map_tensor_linearly(grid.of(k), view(tensor, layout, k))
+
+    # --- activations held by the shards ---------------------------------------------------
+    def _hold(self, grid, pieces: dict):
+        """Copy 0 of the activation the shards hold (what the next layer receives), noted so
+        that a layer of this scheme after it takes the pieces themselves."""
+        first = [pieces[(0, i2)] for i2 in range(self.t2)]
+        x = first[0] if len(first) == 1 else concat(first, first[0].rank - 1)
+        self._held[id(x)] = (x, grid, pieces)
+        return x
+
+    def _pieces(self, b, grid, x, what: str) -> dict:
+        """The shards' pieces of x: as held, or x's column blocks copied to them (one
+        exchange)."""
+        held = self._held.get(id(x))
+        if held is not None and held[0] is x and held[1] is grid:
+            return held[2]
+        bounds = split_bounds(x.shape[-1], self.t2)
+        return grid.copies(b.seq, b.name(f"{what} to the shards"), {
+            k: (k, x if self.t2 == 1 else x.slice(*bounds[k[1]], x.rank - 1))
+            for k in grid.shards})
+
+    def _shard_build(self, b, grid, k):
+        sb = copy.copy(b)
+        sb.graph, sb.tp = grid.of(k), None
+        sb.prefix = f"{b.prefix}shard{k[0] * self.t2 + k[1]}/"
+        sb.params, sb.grads, sb._saved, sb.sub = self._views(b, k), {}, {}, []
+        return sb
+
+    def _views(self, b, k) -> dict:
+        lay = self.layouts(b.layer)
+        return {n: view(t, lay[n], k) for n, t in b.params.items()}
+
+    @staticmethod
+    def _each(b, grid, builds: dict, what: str, fn) -> dict:
+        """fn(k, build of shard k) on every shard side by side, into b's sequence."""
+        def run(k, g, s):
+            builds[k].seq = s
+            return fn(k, builds[k])
+        return grid.each(b.seq, b.name(what), run)
+
+    # --- a layer's step -------------------------------------------------------------------
+    def forward(self, b, x):
+        layer, grid = b.layer, self.grid(b.graph)
+        sbs = {k: self._shard_build(b, grid, k) for k in grid.shards}
+        b.save(grid=grid, shards=sbs)
+        if isinstance(layer, Embedding):
+            return self._hold(grid, self._embedding(b, grid, sbs, x))
+        xs = self._pieces(b, grid, x, "input")
+        if isinstance(layer, Linear):
+            z = self._column(b, grid, sbs, _Self(layer), xs, b.relu)
+            logits = [z[(i1, 0)] for i1 in range(self.t1)]     # gathered: a view
+            return concat(logits, logits[0].rank - 1)
+        if isinstance(layer, PositionalEmbedding):
+            ys = self._each(b, grid, sbs, "shards", lambda k, sb: layer.forward(sb, xs[k]))
+        elif isinstance(layer, LayerNorm):
+            ys = self._norm(b, grid, sbs, _Self(layer), xs)
+        elif isinstance(layer, MultiheadAttention):
+            b.save(attention=(b, sbs))
+            ys = self._attention(b, grid, sbs, layer, xs)
+        else:
+            ys = self._block(b, grid, sbs, xs)
+        return self._hold(grid, ys)
+
+    def backward(self, b, dy):
+        layer, grid, sbs = b.layer, b.saved("grid"), b.saved("shards")
+        for k, sb in sbs.items():             # the weights as b holds them now (phases swap)
+            sb.params, sb.need_dx = self._views(b, k), b.need_dx
+        if isinstance(layer, Linear):
+            bounds = split_bounds(layer.out_features, self.t1)
+            dys = grid.copies(b.seq, b.name("output_grad to the shards"), {
+                k: (k, dy.slice(*bounds[k[0]], dy.rank - 1)) for k in grid.shards})
+            dx = self._column_grad(b, grid, sbs, _Self(layer), dys, b.relu, b.need_dx)
+        else:
+            dys = self._pieces(b, grid, dy, "output_grad")
+            if isinstance(layer, Embedding):
+                dx = self._each(b, grid, sbs, "shards backward",
+                                lambda k, sb: sb.saved("local").backward(sb, dys[k]))
+                dx = None
+            elif isinstance(layer, PositionalEmbedding):
+                dx = self._each(b, grid, sbs, "shards backward",
+                                lambda k, sb: layer.backward(sb, dys[k]))
+            elif isinstance(layer, LayerNorm):
+                dx = self._norm_grad(b, grid, sbs, _Self(layer), dys, b.need_dx)
+            elif isinstance(layer, MultiheadAttention):
+                dx = self._attention_grad(b, grid, sbs, layer, dys, b.need_dx)
+            else:
+                dx = self._block_grad(b, grid, sbs, dys)
+        lay = self.layouts(layer)
+        for name in layer.param_names:
+            b.grad(name, assemble({k: sbs[k].grads[name] for k in grid.shards
+                                   if owns(lay[name], k)}, lay[name]))
+        return None if dx is None or not b.need_dx else self._hold(grid, dx)
+
+    # --- vocab-parallel embedding ---------------------------------------------------------
+    def _embedding(self, b, grid, sbs, ids) -> dict:
+        """Each shard looks up the ids in its rows (ids of other rows read zeros); the
+        lookups all-reduced over t1."""
+        bounds = split_bounds(b.layer.num_embeddings, self.t1)
+        mine = grid.copies(b.seq, b.name("token ids to the shards"),
+                           {k: (k, ids) for k in grid.shards})
+
+        def look(k, sb):
+            lo = bounds[k[0]][0]
+            local = mine[k] if lo == 0 else popops.map(sb.graph, _1 - lo, [mine[k]], sb.seq,
+                                                       sb.name("local_ids"))
+            w = sb.params["weight"]
+            part = Embedding(*w.shape)
+            sb.save(local=part)
+            return part.forward(sb, local)
+
+        rows = self._each(b, grid, sbs, "lookup", look)
+        return grid.all_reduce(b.seq, b.name("all_reduce/t1"), rows, 1)
+
+    # --- Linear layers, split by columns or by rows ----------------------------------------
+    def _linear(self, builds, part, k, bias: bool):
+        """Shard k's Linear of part over its views of the weights (the bias folded into its
+        product if asked), kept in the shard's build for the backward pass."""
+        sb = builds[k]
+        w = sb.params[part.keys["weight"]]
+        layer = Linear(w.shape[1], w.shape[0], bias=bias)
+        keys = {n: part.keys[n] for n in layer.param_names}
+        local = _Part(part.scope, layer, part.stream, keys) if part.scope else _Self(layer)
+        sb.save(**{f"linear/{part.scope}": local})
+        return local
+
+    @staticmethod
+    def _relu(part):
+        return _Part(f"{part.scope}_relu" if part.scope else "relu", ReLU())
+
+    def _column(self, b, grid, builds, part, xs: dict, relu: bool) -> dict:
+        """A column-parallel Linear part: shard (i1, i2) computes its t1 block of output
+        columns (identical over t2: from its t2 block of input columns, all-reduced over t2,
+        then the bias; t2 = 1: the bias folded in, as one IPU)."""
+        bias = "bias" in part.keys
+        fold = self.t2 == 1
+        z = self._each(b, grid, builds, _scoped(part, "shards"), lambda k, sb: self._linear(
+            builds, part, k, bias and fold).forward(sb, xs[k], relu and fold))
+        if fold:
+            return z
+        z = grid.all_reduce(b.seq, b.name(_scoped(part, "all_reduce/t2")), z, 2)
+
+        def finish(k, sb):
+            y = z[k]
+            if bias:
+                y = popops.map(sb.graph, _1 + _2, [y, sb.params[part.keys["bias"]]], sb.seq,
+                               sb.name(_scoped(part, "bias")))
+            return self._relu(part).forward(sb, y) if relu else y
+        return self._each(b, grid, builds, _scoped(part, "bias"), finish)
+
+    def _column_grad(self, b, grid, builds, part, dzs: dict, relu: bool, need_dx: bool):
+        """Its weight (and bias) gradients per shard, and the input gradient all-reduced over
+        t1 (each shard's covers its output columns only)."""
+        fold = self.t2 == 1
+
+        def grad(k, sb):
+            dz = dzs[k]
+            if not fold:
+                if relu:
+                    dz = self._relu(part).backward(sb, dz)
+                if "bias" in part.keys:
+                    sb.grad(part.keys["bias"], _column_sums(sb, dz, _scoped(part, "bias_grad")))
+            return sb.saved(f"linear/{part.scope}").backward(sb, dz, need_dx)
+
+        dx = self._each(b, grid, builds, _scoped(part, "shards backward"), grad)
+        if not need_dx:
+            return None
+        return grid.all_reduce(b.seq, b.name(_scoped(part, "input_grad/all_reduce/t1")), dx, 1)
+
+    def _row(self, b, grid, builds, part, xs: dict) -> dict:
+        """A row-parallel Linear part: shard (i1, i2) multiplies its input columns (its t1
+        block: heads or feed-forward columns) into its t2 block of outputs; all-reduced over
+        t1 (the sublayer's all-reduce), then the bias on every shard."""
+        y = self._each(b, grid, builds, _scoped(part, "shards"),
+                       lambda k, sb: self._linear(builds, part, k, False).forward(sb, xs[k]))
+        y = grid.all_reduce(b.seq, b.name(_scoped(part, "all_reduce/t1")), y, 1)
+        if "bias" not in part.keys:
+            return y
+        return self._each(b, grid, builds, _scoped(part, "bias"), lambda k, sb: popops.map(
+            sb.graph, _1 + _2, [y[k], sb.params[part.keys["bias"]]], sb.seq,
+            sb.name(_scoped(part, "bias"))))
+
+    def _row_grad(self, b, grid, builds, part, dys: dict) -> dict:
+        """Its gradients per shard, and the input gradient all-reduced over t2 (t2 > 1: each
+        shard's covers its t2 block of outputs only)."""
+        def grad(k, sb):
+            if "bias" in part.keys:
+                sb.grad(part.keys["bias"], _column_sums(sb, dys[k], _scoped(part, "bias_grad")))
+            return sb.saved(f"linear/{part.scope}").backward(sb, dys[k])
+
+        dx = self._each(b, grid, builds, _scoped(part, "shards backward"), grad)
+        return grid.all_reduce(b.seq, b.name(_scoped(part, "input_grad/all_reduce/t2")), dx, 2)
+
+    # --- dropout, drawn on the whole tensor ------------------------------------------------
+    def _dropout(self, b, grid, part, xs: dict, dim: int, join) -> dict:
+        """part (a Dropout) on the pieces xs, split over grid dimension dim: each group's
+        pieces joined into the whole tensor (join: (whole, cut back)), dropped there as one
+        IPU drops it (the same stream, the same element indices), so the masks are the
+        one-IPU run's; every group at once."""
+        p = part.layer.p
+        if not b.train or p == 0.0:
+            return xs
+        sub = b.part(part.scope, {}, part.stream)
+        out, masks, seqs = {}, {}, []
+        for group in grid.groups(dim):
+            s = prog.Sequence()
+            whole, cut = join([xs[k] for k in group])
+            y, mask = poprand.dropout(b.graph, whole, p, b.seed, s, sub.name("dropout"),
+                                      seed_modifier=sub.seed_modifier)
+            for i, k in enumerate(group):
+                out[k], masks[k] = cut(y, i), cut(mask, i)
+            seqs.append(s)
+        b.seq.add(parallel(b.graph, seqs, sub.name("dropout")))
+        b.save(**{f"mask/{part.scope}": masks})
+        return out
+
+    def _dropout_grad(self, b, grid, builds, part, dys: dict) -> dict:
+        p = part.layer.p
+        if not b.train or p == 0.0:
+            return dys
+        masks = b.saved(f"mask/{part.scope}")
+        return self._each(b, grid, builds, f"{part.scope}/dropout_grad", lambda k, sb: (
+            poprand.dropout_input_gradient(sb.graph, dys[k], masks[k], p, sb.seq,
+                                           sb.name(f"{part.scope}/dropout_grad"))))
+
+    # --- attention --------------------------------------------------------------------------
+    def _attention(self, ab, grid, abs_, mha, xs: dict) -> dict:
+        """Self-attention (ab: its build; abs_: its builds on the shards): in_proj by columns
+        (each shard its heads' q, k and v), the shard's heads, out_proj by rows."""
+        h = mha.num_heads // self.t1
+        qkv = self._column(ab, grid, abs_, mha.in_proj, xs, False)
+        probs = self._each(ab, grid, abs_, "heads", lambda k, sb: mha.attend(sb, qkv[k], h))
+        samples = qkv[grid.shards[0]].shape[0]
+        attn = self._dropout(ab, grid, mha.attn_drop, probs, 1, _heads_axis(samples))
+        ctx = self._each(ab, grid, abs_, "context", lambda k, sb: mha.context(sb, attn[k], h))
+        return self._row(ab, grid, abs_, mha.out_proj, ctx)
+
+    def _attention_grad(self, ab, grid, abs_, mha, dys: dict, need_dx: bool):
+        h = mha.num_heads // self.t1
+        dctx = self._row_grad(ab, grid, abs_, mha.out_proj, dys)
+        dattn = self._each(ab, grid, abs_, "context backward",
+                           lambda k, sb: mha.context_grad(sb, dctx[k], h))
+        dprobs = self._dropout_grad(ab, grid, abs_, mha.attn_drop, dattn)
+        dqkv = self._each(ab, grid, abs_, "heads backward",
+                          lambda k, sb: mha.attend_grad(sb, dprobs[k], h))
+        return self._column_grad(ab, grid, abs_, mha.in_proj, dqkv, False, need_dx)
+
+    # --- the block ----------------------------------------------------------------------------
+    def _block(self, b, grid, sbs, xs: dict) -> dict:
+        """TransformerEncoderLayer's forward (its order: pre- or post-norm) on the shards."""
+        L = b.layer
+        ab = b.part(L.self_attn.scope, {}, L.self_attn.stream)
+        abs_ = {k: sb.part(L.self_attn.scope, L.self_attn.params(sb), L.self_attn.stream)
+                for k, sb in sbs.items()}
+        b.save(attention=(ab, abs_))
+
+        def sa(hs):
+            return self._dropout(b, grid, L.drop1, self._attention(
+                ab, grid, abs_, L.self_attn.layer, hs), 2, _last_axis)
+
+        if L.norm_first:
+            x = self._add(b, grid, sbs, xs, sa(self._norm(b, grid, sbs, L.norm1, xs)),
+                          "residual1")
+            return self._add(b, grid, sbs, x, self._ff(b, grid, sbs,
+                                                       self._norm(b, grid, sbs, L.norm2, x)),
+                             "residual2")
+        x = self._norm(b, grid, sbs, L.norm1, self._add(b, grid, sbs, xs, sa(xs), "residual1"))
+        return self._norm(b, grid, sbs, L.norm2,
+                          self._add(b, grid, sbs, x, self._ff(b, grid, sbs, x), "residual2"))
+
+    def _block_grad(self, b, grid, sbs, dys: dict):
+        L = b.layer
+        if L.norm_first:
+            dy = self._add(b, grid, sbs, dys, self._norm_grad(
+                b, grid, sbs, L.norm2, self._ff_grad(b, grid, sbs, dys)), "residual2_grad")
+            dx = self._norm_grad(b, grid, sbs, L.norm1, self._sa_grad(b, grid, sbs, dy),
+                                 b.need_dx)
+            return self._add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
+        dy = self._norm_grad(b, grid, sbs, L.norm2, dys)
+        dy = self._add(b, grid, sbs, dy, self._ff_grad(b, grid, sbs, dy), "residual2_grad")
+        dy = self._norm_grad(b, grid, sbs, L.norm1, dy)
+        dx = self._sa_grad(b, grid, sbs, dy, b.need_dx)
+        return self._add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
+
+    def _sa_grad(self, b, grid, sbs, dys: dict, need_dx: bool = True):
+        L = b.layer
+        ab, abs_ = b.saved("attention")
+        ab.seq = b.seq                            # the backward pass's sequence
+        for k, sb in sbs.items():
+            abs_[k].params = L.self_attn.params(sb)
+        dx = self._attention_grad(ab, grid, abs_, L.self_attn.layer,
+                                  self._dropout_grad(b, grid, sbs, L.drop1, dys), need_dx)
+        for k, sb in sbs.items():                 # under the block's keys
+            sb.grads.update({L.self_attn.keys[n]: t for n, t in abs_[k].grads.items()})
+        return dx
+
+    def _ff(self, b, grid, sbs, hs: dict) -> dict:
+        L = b.layer
+        relu = L.activation == "relu"
+        z = self._column(b, grid, sbs, L.linear1, hs, relu)
+        if not relu:
+            z = self._each(b, grid, sbs, "activation", lambda k, sb: L.act.forward(sb, z[k]))
+        z = self._dropout(b, grid, L.drop, z, 1, _last_axis)
+        return self._dropout(b, grid, L.drop2, self._row(b, grid, sbs, L.linear2, z), 2,
+                             _last_axis)
+
+    def _ff_grad(self, b, grid, sbs, dys: dict) -> dict:
+        L = b.layer
+        relu = L.activation == "relu"
+        dz = self._row_grad(b, grid, sbs, L.linear2,
+                            self._dropout_grad(b, grid, sbs, L.drop2, dys))
+        dz = self._dropout_grad(b, grid, sbs, L.drop, dz)
+        if not relu:
+            dz = self._each(b, grid, sbs, "activation_grad",
+                            lambda k, sb: L.act.backward(sb, dz[k]))
+        return self._column_grad(b, grid, sbs, L.linear1, dz, relu, True)
+
+    def _add(self, b, grid, sbs, xs: dict, ys: dict, what: str) -> dict:
+        return self._each(b, grid, sbs, what, lambda k, sb: popops.map(
+            sb.graph, _1 + _2, [xs[k], ys[k]], sb.seq, sb.name(what)))
+
+    # --- layer norm ---------------------------------------------------------------------------
+    def _norm(self, b, grid, sbs, part, xs: dict) -> dict:
+        """LayerNorm on every shard's copy; t2 > 1: over its column block, the row statistics
+        all-reduced over t2 (PopXL's LayerNormDistributed)."""
+        if self.t2 == 1:
+            return self._each(b, grid, sbs, _scoped(part, "shards"),
+                              lambda k, sb: part.forward(sb, xs[k]))
+        d, eps = part.layer.dim, part.layer.eps
+        key = f"norm/{part.scope}"
+
+        def sums(k, sb):
+            x = xs[k] if xs[k].dtype == FLOAT else popops.cast(sb.graph, xs[k], FLOAT, sb.seq,
+                                                               sb.name(_scoped(part, "float")))
+            sb.save(**{f"{key}/x": x})
+            return popops.reduce(sb.graph, x, [x.rank - 1], "add", sb.seq,
+                                 sb.name(_scoped(part, "sum")))
+
+        total = self._all_reduce_stats(b, grid, sbs, part, sums, "mean")
+
+        def squares(k, sb):
+            x = sb.saved(f"{key}/x")
+            mean = popops.map(sb.graph, _1 / float(d), [total[k]], sb.seq,
+                              sb.name(_scoped(part, "mean")))
+            centred = popops.map(sb.graph, _1 - _2, [x, _column(mean)], sb.seq,
+                                 sb.name(_scoped(part, "centred")))
+            sb.save(**{f"{key}/centred": centred})
+            return popops.reduce(sb.graph, centred, [x.rank - 1], "square_add", sb.seq,
+                                 sb.name(_scoped(part, "square_sum")))
+
+        total = self._all_reduce_stats(b, grid, sbs, part, squares, "variance")
+
+        def normalise(k, sb):
+            inv_std = popops.map(sb.graph, 1.0 / E.sqrt(_1 / float(d) + float(eps)),
+                                 [total[k]], sb.seq, sb.name(_scoped(part, "inv_std")))
+            sb.save(**{f"{key}/inv_std": inv_std})
+            w, bias = (sb.params[part.keys[n]] for n in ("weight", "bias"))
+            return popops.map(sb.graph, E.cast(_1 * _2 * E.cast(_3, FLOAT)
+                                               + E.cast(_4, FLOAT), xs[k].dtype),
+                              [sb.saved(f"{key}/centred"), _column(inv_std), w, bias], sb.seq,
+                              sb.name(_scoped(part, "layer_norm")))
+
+        return self._each(b, grid, sbs, _scoped(part, "normalise"), normalise)
+
+    def _all_reduce_stats(self, b, grid, sbs, part, fn, what: str) -> dict:
+        partial = self._each(b, grid, sbs, _scoped(part, f"{what} sums"), fn)
+        return grid.all_reduce(b.seq, b.name(_scoped(part, f"{what}/all_reduce/t2")), partial,
+                               2)
+
+    def _norm_grad(self, b, grid, sbs, part, dys: dict, need_dx: bool = True):
+        if self.t2 == 1:
+            dx = self._each(b, grid, sbs, _scoped(part, "shards backward"),
+                            lambda k, sb: part.backward(sb, dys[k], need_dx))
+            return dx if need_dx else None
+        d = part.layer.dim
+        key = f"norm/{part.scope}"
+
+        def sums(k, sb):
+            dy, inv_std = dys[k], sb.saved(f"{key}/inv_std")
+            w = sb.params[part.keys["weight"]]
+            xhat = popops.map(sb.graph, _1 * _2, [sb.saved(f"{key}/centred"), _column(inv_std)],
+                              sb.seq, sb.name(_scoped(part, "normalised")))
+            g = popops.map(sb.graph, E.cast(_1, FLOAT) * E.cast(_2, FLOAT), [dy, w], sb.seq,
+                           sb.name(_scoped(part, "scaled_grad")))
+            both = popops.map(sb.graph, _1 * _2, [g, xhat], sb.seq,
+                              sb.name(_scoped(part, "scaled_grad_x")))
+            rows = xhat.rank - 1
+            sb.save(**{f"{key}/xhat": xhat, f"{key}/g": g})
+            dyx = popops.map(sb.graph, E.cast(E.cast(_1, FLOAT) * _2, dy.dtype), [dy, xhat],
+                             sb.seq, sb.name(_scoped(part, "dy_xhat")))
+            lead = list(range(rows))
+            sb.grad(part.keys["weight"], popops.reduce(sb.graph, dyx, lead, "add", sb.seq,
+                                                       sb.name(_scoped(part, "weight_grad"))))
+            sb.grad(part.keys["bias"], popops.reduce(sb.graph, dy, lead, "add", sb.seq,
+                                                     sb.name(_scoped(part, "bias_grad"))))
+            return concat([popops.reduce(sb.graph, t, [rows], "add", sb.seq,
+                                         sb.name(_scoped(part, "grad_sums"))).flatten()
+                           for t in (g, both)])
+
+        total = self._all_reduce_stats(b, grid, sbs, part, sums, "grad")
+        if not need_dx:
+            return None
+
+        def dx(k, sb):
+            n = total[k].num_elements() // 2
+            shape = list(sb.saved(f"{key}/inv_std").shape) + [1]
+            a, c = (total[k].slice(i * n, (i + 1) * n).reshape(shape) for i in range(2))
+            return popops.map(sb.graph, E.cast(_1 * (_2 - _3 / float(d) - _4 * (_5 / float(d))),
+                                               dys[k].dtype),
+                              [_column(sb.saved(f"{key}/inv_std")), sb.saved(f"{key}/g"), a,
+                               sb.saved(f"{key}/xhat"), c], sb.seq,
+                              sb.name(_scoped(part, "input_grad")))
+
+        return self._each(b, grid, sbs, _scoped(part, "input_grad"), dx)
+
+
+def _column(t):
+    """t [..] as [.., 1]: one value per row, broadcast along it."""
+    return t.reshape(list(t.shape) + [1])
+
+
+def _column_sums(b, dy, what: str):
+    """dy's sums over every row: a Linear's bias gradient [n]."""
+    n = dy.shape[-1]
+    return popops.reduce(b.graph, dy.reshape([dy.num_elements() // n, n]), [0], "add", b.seq,
+                         b.name(what))
+
+
+__all__ = ["Megatron", "Grid", "is_transformer", "layouts", "view", "assemble", "owns"]
