@@ -10,7 +10,8 @@ import pytest
 import ipulab
 from ipulab import nn, plan, poplar
 from ipulab.errors import ConfigError
-from ipulab.nn.megatron import Megatron, layouts, view
+from ipulab.nn.megatron import Megatron, layouts
+from ipulab.nn.shards import view
 
 V, S, D, H, F, B = 12, 6, 8, 4, 16, 4      # vocabulary, positions, width, heads, ff, batch
 STEPS = 10

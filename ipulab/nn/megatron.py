@@ -25,10 +25,11 @@ holds the whole activation. In a block (TransformerEncoderLayer), per sublayer:
   backward        the row-parallel layers' input gradients all-reduced over t2 (t2 > 1), the
                   column-parallel layers' over t1: ONE all-reduce per sublayer (1-D)
 
-So a 1-D block all-reduces twice forward and twice backward; a 2-D one six times each way
-(LayerNorm statistics, the column products over t2, the row products over t1; backward the
-LayerNorm's sums, the row-parallel input gradients over t2, the column ones over t1), as
-PopXL places its replicated_all_reduce_identical_inputs / identical_grad_inputs.
+So a 1-D block all-reduces twice forward and twice backward. A 2-D one: forward eight times
+(each LayerNorm's mean and variance over t2, the column products over t2, the row products
+over t1), backward six (each LayerNorm's two sums as one, the row-parallel input gradients
+over t2, the column ones over t1), where PopXL places its replicated_all_reduce_identical_
+inputs / identical_grad_inputs and its distributed LayerNorm's.
 
 Around the blocks: nn.Embedding is vocab-parallel (Megatron's VocabParallelEmbedding and
 PopXL's: shard i1 looks up the ids in its rows of the table (others read as zeros), the
@@ -41,6 +42,9 @@ costs B x S x V values per step (Megatron's vocab-parallel cross-entropy saves t
 V = 50k; at the course's V = 64 it is a few kB). A layer without weights (GELU, Dropout, ...)
 between them runs whole on copy 0.
 
+The shards, their all-reduces (a reduce-scatter and an all-gather over the IPU-Links, every
+group at once) and each weight's layout over them are nn/shards.py's.
+
 Weights: each element lives on one IPU. A weight split by the scheme lives with its shard;
 one every shard uses whole (LayerNorm's, the row-parallel biases, the position table; over
 t2 their column blocks) lives once, on the first IPU of the shards that share it, and the
@@ -52,7 +56,6 @@ the element's index), so they are the one-IPU run's.
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
 
 from .. import popops, poprand, poputil
 from ..errors import ConfigError
@@ -61,7 +64,8 @@ from ..poplar import program as prog
 from ..popops import expr as E
 from ..popops.expr import _1, _2, _3, _4, _5
 from .layers import Linear, ReLU
-from .tensor_parallel import shard_graphs, split_bounds
+from .shards import Grid, assemble, axis, owns, view
+from .tensor_parallel import split_bounds
 from .transformer import (Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
                           TransformerEncoderLayer, _Part)
 
@@ -74,76 +78,10 @@ def is_transformer(model) -> bool:
     return any(isinstance(layer, SPLIT_LAYERS[:-1]) for layer in model.layers)
 
 
-# --- where each weight's elements live --------------------------------------------------------
-class Axis(NamedTuple):
-    """One dimension of a weight: split over grid dimension `dim` (1: t1, 2: t2; 0: whole),
-    as segments (owner, lo, hi) in the weight's order (q, k and v: three per owner)."""
-
-    dim: int
-    segments: tuple
-
-
-def _axis(n: int, dim: int, parts: int, blocks: int = 1) -> Axis:
-    if dim == 0 or parts == 1:
-        return Axis(0, ((0, 0, n),))
-    size = n // blocks
-    return Axis(dim, tuple((i, j * size + lo, j * size + hi) for j in range(blocks)
-                           for i, (lo, hi) in enumerate(split_bounds(size, parts))))
-
-
-def _index(axis: Axis, k) -> int:
-    return k[axis.dim - 1] if axis.dim else 0
-
-
-def view(t, layout, k):
-    """Shard k's part of weight t (its segments along every axis, joined)."""
-    for a, axis in enumerate(layout):
-        i = _index(axis, k)
-        parts = [t.slice(lo, hi, a) for o, lo, hi in axis.segments if o == i]
-        t = parts[0] if len(parts) == 1 else concat(parts, a)
-    return t
-
-
-def owns(layout, k) -> bool:
-    """Whether shard k holds (and maps) its part: the first shard of those that share it."""
-    dims = {axis.dim for axis in layout}
-    return all(k[d - 1] == 0 for d in (1, 2) if d not in dims)
-
-
-def assemble(pieces: dict, layout):
-    """The whole weight (a view) from its owners' parts {k: part} (the inverse of view)."""
-    local = []
-    for axis in layout:
-        at, segs = {}, []
-        for o, lo, hi in axis.segments:
-            start = at.get(o, 0)
-            segs.append((axis.dim, o, start, start + hi - lo))
-            at[o] = start + hi - lo
-        local.append(segs)
-
-    def block(chosen):
-        k = [0, 0]
-        for dim, o, _, _ in chosen:
-            if dim:
-                k[dim - 1] = o
-        t = pieces[tuple(k)]
-        for a, (_, _, lo, hi) in enumerate(chosen):
-            if (lo, hi) != (0, t.shape[a]):
-                t = t.slice(lo, hi, a)
-        return t
-
-    def join(parts, a):
-        return parts[0] if len(parts) == 1 else concat(parts, a)
-
-    if len(layout) == 1:
-        return join([block((s,)) for s in local[0]], 0)
-    return join([join([block((r, c)) for c in local[1]], 1) for r in local[0]], 0)
-
-
 def layouts(layer, t1: int, t2: int) -> dict:
     """{weight name: layout} of a layer split over t1 x t2 shards (see the module)."""
     def ax(n, dim, blocks=1):
-        return _axis(n, dim, t1 if dim == 1 else t2, blocks)
+        return axis(n, dim, t1 if dim == 1 else t2, blocks)
 
     if isinstance(layer, TransformerEncoderLayer):
         d, f = layer.d_model, layer.dim_feedforward
@@ -194,83 +132,6 @@ def _check(model, t1: int, t2: int) -> None:
                 if n < parts:
                     raise ConfigError("tensor_parallel", f"splits {where}'s {name} "
                                       f"({n} wide) over {parts} IPUs: too few to split", t)
-
-
-# --- the shards of a stage --------------------------------------------------------------------
-class Grid:
-    """The t1 x t2 shards of a stage's graph: shard (i1, i2) on IPU i1 * t2 + i2."""
-
-    def __init__(self, graph, t1: int, t2: int):
-        self.graph, self.t1, self.t2 = graph, t1, t2
-        self.graphs = shard_graphs(graph, t1 * t2)
-        self.shards = [(i1, i2) for i1 in range(t1) for i2 in range(t2)]
-
-    def of(self, k):
-        return self.graphs[k[0] * self.t2 + k[1]]
-
-    def groups(self, dim: int) -> list[list]:
-        """The shards that differ only in grid dimension dim (1: over t1), group by group."""
-        if dim == 1:
-            return [[(i1, i2) for i1 in range(self.t1)] for i2 in range(self.t2)]
-        return [[(i1, i2) for i2 in range(self.t2)] for i1 in range(self.t1)]
-
-    def each(self, seq, name: str, fn) -> dict:
-        """fn(k, graph of k, its sequence) for every shard, side by side (the k-th step of
-        each in one superstep, poplar.parallel): {k: what fn returned}."""
-        out, seqs = {}, []
-        for k in self.shards:
-            s = prog.Sequence()
-            out[k] = fn(k, self.of(k), s)
-            seqs.append(s)
-        seq.add(parallel(self.graph, seqs, name))
-        return out
-
-    def copies(self, seq, name: str, sources: dict) -> dict:
-        """{key: a new variable on shard k's IPU holding t} for sources {key: (k, t)}, all in
-        ONE exchange."""
-        out, moves = {}, []
-        for key, (k, t) in sources.items():
-            g = self.of(k)
-            out[key] = g.add_variable(t.dtype, list(t.shape), f"{name}/shard{k[0]}.{k[1]}")
-            poputil.map_tensor_linearly(g, out[key])
-            moves.append(prog.Copy(t, out[key], name=name))
-        seq.add(parallel(self.graph, moves, name))
-        return out
-
-    def all_reduce(self, seq, name: str, parts: dict, dim: int) -> dict:
-        """The sum of parts {k: tensor} over grid dimension dim (1: over t1), on each shard:
-        a reduce-scatter (member j of a group receives chunk j of the others' parts and adds
-        them, in the group's order) and an all-gather of the sums, every group at once: two
-        exchanges and one compute set, 2 (n - 1) / n of a part over the IPU-Links per IPU."""
-        groups = self.groups(dim)
-        if len(groups[0]) == 1:
-            return parts
-        flat = {k: t.flatten() for k, t in parts.items()}
-        # group by group (their parts may differ in size): chunk j of the sum, on member j
-        chunks = {k: split_bounds(flat[k].num_elements(), len(group))
-                  for group in groups for k in group}
-        owners = {k: group[:len(chunks[k])] for group in groups for k in group}
-        got = self.copies(seq, f"{name}/reduce_scatter", {
-            (dst, src): (dst, flat[src].slice(lo, hi)) for group in groups
-            for (lo, hi), dst in zip(chunks[group[0]], group) for src in group if src != dst})
-
-        def add(k, g, s):
-            group = next(gr for gr in groups if k in gr)
-            j = group.index(k)
-            if j >= len(chunks[k]):
-                return None
-            lo, hi = chunks[k][j]
-            terms = [flat[k].slice(lo, hi) if src == k else got[k, src] for src in group]
-            return popops.reduce(g, concat([t.reshape([1, hi - lo]) for t in terms]), [0],
-                                 "add", s, f"{name}/add")
-
-        sums = self.each(seq, f"{name}/add", add)
-        gathered = self.copies(seq, f"{name}/all_gather", {
-            (dst, owner): (dst, sums[owner]) for dst in flat for owner in owners[dst]
-            if owner != dst})
-        return {k: concat([sums[k] if owner == k else gathered[k, owner]
-                           for owner in owners[k]]).reshape(list(parts[k].shape))
-                for k in flat}
 
 
 # --- the pieces a layer is built from, on each shard ------------------------------------------
@@ -771,4 +632,4 @@ def _column_sums(b, dy, what: str):
                          b.name(what))
 
 
-__all__ = ["Megatron", "Grid", "is_transformer", "layouts", "view", "assemble", "owns"]
+__all__ = ["Megatron", "is_transformer", "layouts"]
