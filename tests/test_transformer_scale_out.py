@@ -47,12 +47,14 @@ def pod16():
 
 
 def train(model, device, data, batch, **options):
-    """(losses, weights) of STEPS steps in order from the model's seed-0 weights."""
+    """(losses, weights, evaluation, trainer) of STEPS steps in order from the model's seed-0
+    weights; the evaluation (its own program: no Dropout, micro-batched in a pipeline) of the
+    first 8 sequences after them."""
     x, y = data
     model.reset_parameters(0)
     tr = nn.Trainer(model, device, batch_size=batch, seed=5, **options)
     h = tr.fit(x[:STEPS * batch * tr.replicas], y[:STEPS * batch * tr.replicas], shuffle=False)
-    return np.array(h["loss"]), tr.get_weights(), tr
+    return np.array(h["loss"]), tr.get_weights(), tr.evaluate(x[:8], y[:8]), tr
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +70,19 @@ def reference(data):
     def get(optimizer, precision="fp32"):
         if (optimizer, precision) not in runs:
             runs[optimizer, precision] = train(gpt(), one_ipu(), data, B, precision=precision,
-                                               optimizer=optimizer, **OPTIMIZERS[optimizer])[:2]
+                                               optimizer=optimizer, **OPTIMIZERS[optimizer])[:3]
         return runs[optimizer, precision]
     return get
 
 
 def close(run, ref, fp16=False):
-    """The losses and every weight as the one-IPU run's: within fp32 rounding (its
-    differences are the order in which partial sums are added), or half's in fp16."""
-    (losses, weights), (want_losses, want) = run, ref
+    """The losses, every weight and the evaluation after as the one-IPU run's: within fp32
+    rounding (its differences are the order in which partial sums are added), or half's in
+    fp16."""
+    (losses, weights, evaluation), (want_losses, want, want_evaluation) = run[:3], ref[:3]
     rtol = 3e-3 if fp16 else 2e-5
     np.testing.assert_allclose(losses, want_losses, rtol=rtol, atol=0)
+    assert evaluation.loss == pytest.approx(want_evaluation.loss, rel=rtol)
     for key, w in want.items():
         scale = np.abs(w).max()
         np.testing.assert_allclose(weights[key], w, rtol=0, atol=(3e-2 if fp16 else 5e-5) * scale,
@@ -107,14 +111,14 @@ def test_tensor_parallel_trains_as_one_ipu(name, data, reference):
     t, r, optimizer, options = GRID[name]
     run = train(gpt(), pod16(), data, B // r, replicas=r, tensor_parallel=t,
                 optimizer=optimizer, **OPTIMIZERS[optimizer], **options)
-    close(run[:2], reference(optimizer))
+    close(run, reference(optimizer))
 
 
-@pytest.mark.parametrize("t, optimizer", [(2, "adam"), ((2, 2), "sgd")])
+@pytest.mark.parametrize("t, optimizer", [(2, "adam"), ((2, 2), "sgd")], ids=["t2", "t2x2"])
 def test_fp16_with_loss_scaling_trains_as_one_ipu(t, optimizer, data, reference):
     run = train(gpt(), pod16(), data, B, tensor_parallel=t, precision="fp16",
                 recompute=True, optimizer=optimizer, **OPTIMIZERS[optimizer])
-    close(run[:2], reference(optimizer, "fp16"), fp16=True)
+    close(run, reference(optimizer, "fp16"), fp16=True)
 
 
 @pytest.mark.parametrize("t, arch", [(2, dict(norm_first=False, activation="relu")),
@@ -124,7 +128,7 @@ def test_dropout_masks_are_the_one_ipu_runs(t, arch, data):
     shards' pieces make, so the masks (and the training) are the one-IPU run's."""
     runs = [train(gpt(dropout=0.2, **arch), device, data, B, **OPTIMIZERS["sgd"], **kw)
             for device, kw in ((one_ipu(), {}), (pod16(), dict(tensor_parallel=t)))]
-    close(runs[1][:2], runs[0][:2])
+    close(runs[1], runs[0])
     no_dropout = train(gpt(**arch), one_ipu(), data, B, **OPTIMIZERS["sgd"])[0]
     assert np.abs(runs[0][0] - no_dropout).max() > 1e-3          # the masks do something
 
@@ -138,8 +142,8 @@ def test_the_tiny_popxl_gpt3_on_a_pod16():
     ref = train(model(), ipulab.devices.ipu("bow", tiles_per_ipu=8), data, 4, **options)
     run = train(model(), ipulab.devices.pod(16, tiles_per_ipu=8), data, 2, replicas=2,
                 tensor_parallel="2x2", **options)
-    close(run[:2], ref[:2])
-    tr = run[2]
+    close(run, ref)
+    tr = run[3]
     assert tr.config.tensor_parallel == (2, 2) and tr.config.replica_ipus == 4
     m = plan.mapping_from_config(tr.config)
     assert (m.tensor_parallel, m.replicas, m.ipus) == ((2, 2), 2, 8)
@@ -164,7 +168,7 @@ def _all_reduces(profile, block: int) -> dict:
 def test_one_all_reduce_per_sublayer_each_way(data):
     """1-D: out_proj's and linear2's outputs all-reduced over t1 forward, in_proj's and
     linear1's input gradients backward; 2-D adds the t2 ones PopXL has."""
-    tr = train(gpt(), pod16(), data, B, tensor_parallel=2, lr=0.1)[2]
+    tr = train(gpt(), pod16(), data, B, tensor_parallel=2, lr=0.1)[3]
     for block in (2, 3):
         assert _all_reduces(tr.profile(), block) == {
             ("forward", "self_attn/out_proj/all_reduce/t1"): 1,
@@ -173,7 +177,7 @@ def test_one_all_reduce_per_sublayer_each_way(data):
             ("backward", "linear1/input_grad/all_reduce/t1"): 1}
     names = {s.name for s in tr.profile().steps if s.kind == "copy"}
     assert "0.Embedding/all_reduce/t1/reduce_scatter/copy 0" in names   # vocab-parallel
-    tr = train(gpt(), pod16(), data, B, tensor_parallel=(2, 2), lr=0.1)[2]
+    tr = train(gpt(), pod16(), data, B, tensor_parallel=(2, 2), lr=0.1)[3]
     got = _all_reduces(tr.profile(), 2)
     assert sum(n for (way, _), n in got.items() if way == "forward") == 8
     assert sum(n for (way, _), n in got.items() if way == "backward") == 6

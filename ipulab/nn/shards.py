@@ -15,9 +15,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import popops, poputil
+from ..popops.expr import _1, _2, _3, _4, _5, _6, _7, _8, _9
 from ..poplar import concat, parallel
 from ..poplar import program as prog
 from .tensor_parallel import shard_graphs, split_bounds
+
+PLACEHOLDERS = (_1, _2, _3, _4, _5, _6, _7, _8, _9)
 
 
 # --- where each weight's elements live --------------------------------------------------------
@@ -148,8 +151,12 @@ class Grid:
                 return None
             lo, hi = chunks[k][j]
             terms = [flat[k].slice(lo, hi) if src == k else got[k, src] for src in group]
-            return popops.reduce(g, concat([t.reshape([1, hi - lo]) for t in terms]), [0],
-                                 "add", s, f"{name}/add")
+            total = terms[0]
+            for i in range(1, len(terms), 8):         # ((a + b) + c) + ..., where they lie
+                more = terms[i:i + 8]
+                total = popops.map(g, sum(PLACEHOLDERS[1:len(more) + 1], PLACEHOLDERS[0]),
+                                   [total, *more], s, f"{name}/add")
+            return total
 
         sums = self.each(seq, f"{name}/add", add)
         gathered = self.copies(seq, f"{name}/all_gather", {
