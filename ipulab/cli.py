@@ -267,10 +267,8 @@ def _train_parser(sub) -> None:
                    "indices (e.g. 3,6: layers 0-2, 3-5 and 6- on three IPUs); default none")
     t.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per step with --pipeline (default: one per stage)")
-    t.add_argument("--tensor-parallel", default=None, metavar="T|T1xT2",
-                   help="IPUs sharing every layer (default 1): the CNN's channels, or the "
-                   "transformer's heads and feed-forward as Megatron-LM splits them; T1xT2 "
-                   "(e.g. 2x2, transformers) also splits the hidden dimension, as PopXL")
+    t.add_argument("--tensor-parallel", default=None, metavar="T|T1xT2", help="IPUs sharing "
+                   "each layer (default 1); T1xT2 (e.g. 2x2) splits a transformer 2-D, as PopXL")
     t.add_argument("--precision", choices=("fp32", "fp16"), default=None, help="default fp32")
     t.add_argument("--epochs", type=int, default=None,
                    help="default 5 (the transformer: 2)")
@@ -339,8 +337,7 @@ def _title(config, target, model: str = "cnn") -> str:
     pipeline = "" if config.pipeline is None else \
         f"pipeline stages at {list(config.pipeline)} with {config.micro_batches} micro-batches, "
     t1, t2 = config.tensor_parallel_grid
-    shards = "" if t1 * t2 == 1 else \
-        f"tensor parallel {t1}x{t2}, " if t2 > 1 else f"tensor parallel {t1}, "
+    shards = f"tensor parallel {t1}{f'x{t2}' * (t2 > 1)}, " * (t1 * t2 > 1)
     system = target.system.name if target.partition else config.system   # pod16:NAME#id
     what = "small GPT sorting tokens" if model == "transformer" else "default CNN on digits"
     return (f"{what}, {system} ({target.num_ipus} IPU(s) x "

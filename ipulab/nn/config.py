@@ -11,6 +11,7 @@ pipeline stages" is written once. A config is frozen: change one with dataclasse
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -363,10 +364,13 @@ class TrainConfig:
         return [r for r in range(1, n + 1) if n % r == 0 and r * self.replica_ipus <= max(n, 1)]
 
     def resolve(self, target) -> "TrainConfig":
-        """This config with replicas decided (None: the system's IPUs over t x p)."""
+        """This config with replicas decided (None: the system's IPUs over t x p). Nothing
+        else changes, so nothing is checked again (check() says what does not fit)."""
         if self.replicas is not None:
             return self
-        return self.replace(replicas=max(1, target.num_ipus // self.replica_ipus))
+        resolved = copy.copy(self)
+        object.__setattr__(resolved, "replicas", max(1, target.num_ipus // self.replica_ipus))
+        return resolved
 
     def ipus_per_replica(self, target) -> int:
         return max(1, target.num_ipus // self.resolve(target).replicas)

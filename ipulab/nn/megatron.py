@@ -57,13 +57,13 @@ from __future__ import annotations
 
 import copy
 
-from .. import popops, poprand, poputil
+from .. import popops, poputil
 from ..errors import ConfigError
-from ..poplar import FLOAT, concat, parallel
-from ..poplar import program as prog
-from ..popops import expr as E
-from ..popops.expr import _1, _2, _3, _4, _5
-from .layers import Linear, ReLU
+from ..poplar import concat
+from ..popops.expr import _1
+from .layers import Linear
+from .shard_ops import (Whole, add, column, column_grad, dropout, dropout_grad, each, heads_axis,
+                        last_axis, layer_norm, layer_norm_grad, row, row_grad)
 from .shards import Grid, assemble, axis, owns, view
 from .tensor_parallel import split_bounds
 from .transformer import (Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
@@ -134,51 +134,6 @@ def _check(model, t1: int, t2: int) -> None:
                                       f"({n} wide) over {parts} IPUs: too few to split", t)
 
 
-# --- the pieces a layer is built from, on each shard ------------------------------------------
-class _Self:
-    """A layer in the place of a part (a standalone Linear or LayerNorm): its own weight names,
-    its own build (names unscoped)."""
-
-    scope, stream = "", 0
-
-    def __init__(self, layer):
-        self.layer, self.keys = layer, {n: n for n in layer.param_names}
-
-    def forward(self, b, x, relu: bool = False):
-        b.relu = relu
-        return self.layer.forward(b, x)
-
-    def backward(self, b, dy, need_dx: bool = True):
-        b.need_dx = need_dx
-        return self.layer.backward(b, dy)
-
-
-def _scoped(part, what: str) -> str:
-    return f"{part.scope}/{what}" if part.scope else what
-
-
-def _last_axis(pieces: list):
-    """The whole tensor of pieces split along the last axis, and the cut back (dropout)."""
-    a = pieces[0].rank - 1
-    starts = [sum(p.shape[a] for p in pieces[:i]) for i in range(len(pieces))]
-    whole = pieces[0] if len(pieces) == 1 else concat(pieces, a)
-    return whole, lambda t, i: t.slice(starts[i], starts[i] + pieces[i].shape[a], a)
-
-
-def _heads_axis(samples: int):
-    """For attention weights [B*h_i, S, S] of each shard's heads: the whole [B*h, S, S] (sample
-    major, as one IPU holds them), and the cut back."""
-    def join(pieces: list):
-        _, S, S2 = pieces[0].shape
-        heads = [p.shape[0] // samples for p in pieces]
-        starts = [sum(heads[:i]) for i in range(len(heads))]
-        whole = concat([p.reshape([samples, h, S, S2]) for p, h in zip(pieces, heads)], 1)
-        return whole.reshape([samples * sum(heads), S, S2]), \
-            lambda t, i: t.reshape([samples, sum(heads), S, S2]).slice(
-                starts[i], starts[i] + heads[i], 1).reshape([samples * heads[i], S, S2])
-    return join
-
-
 class Megatron:
     """A transformer's layers shared by the t1 x t2 IPUs of each stage (see the module):
     map_weight places each weight, forward and backward build a layer's step on its shards."""
@@ -237,14 +192,6 @@ class Megatron:
         lay = self.layouts(b.layer)
         return {n: view(t, lay[n], k) for n, t in b.params.items()}
 
-    @staticmethod
-    def _each(b, grid, builds: dict, what: str, fn) -> dict:
-        """fn(k, build of shard k) on every shard side by side, into b's sequence."""
-        def run(k, g, s):
-            builds[k].seq = s
-            return fn(k, builds[k])
-        return grid.each(b.seq, b.name(what), run)
-
     # --- a layer's step -------------------------------------------------------------------
     def forward(self, b, x):
         layer, grid = b.layer, self.grid(b.graph)
@@ -254,13 +201,13 @@ class Megatron:
             return self._hold(grid, self._embedding(b, grid, sbs, x))
         xs = self._pieces(b, grid, x, "input")
         if isinstance(layer, Linear):
-            z = self._column(b, grid, sbs, _Self(layer), xs, b.relu)
+            z = column(b, grid, sbs, Whole(layer), xs, b.relu)
             logits = [z[(i1, 0)] for i1 in range(self.t1)]     # gathered: a view
             return concat(logits, logits[0].rank - 1)
         if isinstance(layer, PositionalEmbedding):
-            ys = self._each(b, grid, sbs, "shards", lambda k, sb: layer.forward(sb, xs[k]))
+            ys = each(b, grid, sbs, "shards", lambda k, sb: layer.forward(sb, xs[k]))
         elif isinstance(layer, LayerNorm):
-            ys = self._norm(b, grid, sbs, _Self(layer), xs)
+            ys = layer_norm(b, grid, sbs, Whole(layer), xs)
         elif isinstance(layer, MultiheadAttention):
             b.save(attention=(b, sbs))
             ys = self._attention(b, grid, sbs, layer, xs)
@@ -276,18 +223,17 @@ class Megatron:
             bounds = split_bounds(layer.out_features, self.t1)
             dys = grid.copies(b.seq, b.name("output_grad to the shards"), {
                 k: (k, dy.slice(*bounds[k[0]], dy.rank - 1)) for k in grid.shards})
-            dx = self._column_grad(b, grid, sbs, _Self(layer), dys, b.relu, b.need_dx)
+            dx = column_grad(b, grid, sbs, Whole(layer), dys, b.relu, b.need_dx)
         else:
             dys = self._pieces(b, grid, dy, "output_grad")
-            if isinstance(layer, Embedding):
-                dx = self._each(b, grid, sbs, "shards backward",
-                                lambda k, sb: sb.saved("local").backward(sb, dys[k]))
+            if isinstance(layer, Embedding):      # token ids have no gradient
+                each(b, grid, sbs, "shards backward",
+                     lambda k, sb: sb.saved("local").backward(sb, dys[k]))
                 dx = None
             elif isinstance(layer, PositionalEmbedding):
-                dx = self._each(b, grid, sbs, "shards backward",
-                                lambda k, sb: layer.backward(sb, dys[k]))
+                dx = each(b, grid, sbs, "shards backward", lambda k, sb: layer.backward(sb, dys[k]))
             elif isinstance(layer, LayerNorm):
-                dx = self._norm_grad(b, grid, sbs, _Self(layer), dys, b.need_dx)
+                dx = layer_norm_grad(b, grid, sbs, Whole(layer), dys, b.need_dx)
             elif isinstance(layer, MultiheadAttention):
                 dx = self._attention_grad(b, grid, sbs, layer, dys, b.need_dx)
             else:
@@ -315,141 +261,30 @@ class Megatron:
             sb.save(local=part)
             return part.forward(sb, local)
 
-        rows = self._each(b, grid, sbs, "lookup", look)
+        rows = each(b, grid, sbs, "lookup", look)
         return grid.all_reduce(b.seq, b.name("all_reduce/t1"), rows, 1)
-
-    # --- Linear layers, split by columns or by rows ----------------------------------------
-    def _linear(self, builds, part, k, bias: bool):
-        """Shard k's Linear of part over its views of the weights (the bias folded into its
-        product if asked), kept in the shard's build for the backward pass."""
-        sb = builds[k]
-        w = sb.params[part.keys["weight"]]
-        layer = Linear(w.shape[1], w.shape[0], bias=bias)
-        keys = {n: part.keys[n] for n in layer.param_names}
-        local = _Part(part.scope, layer, part.stream, keys) if part.scope else _Self(layer)
-        sb.save(**{f"linear/{part.scope}": local})
-        return local
-
-    @staticmethod
-    def _relu(part):
-        return _Part(f"{part.scope}_relu" if part.scope else "relu", ReLU())
-
-    def _column(self, b, grid, builds, part, xs: dict, relu: bool) -> dict:
-        """A column-parallel Linear part: shard (i1, i2) computes its t1 block of output
-        columns (identical over t2: from its t2 block of input columns, all-reduced over t2,
-        then the bias; t2 = 1: the bias folded in, as one IPU)."""
-        bias = "bias" in part.keys
-        fold = self.t2 == 1
-        z = self._each(b, grid, builds, _scoped(part, "shards"), lambda k, sb: self._linear(
-            builds, part, k, bias and fold).forward(sb, xs[k], relu and fold))
-        if fold:
-            return z
-        z = grid.all_reduce(b.seq, b.name(_scoped(part, "all_reduce/t2")), z, 2)
-
-        def finish(k, sb):
-            y = z[k]
-            if bias:
-                y = popops.map(sb.graph, _1 + _2, [y, sb.params[part.keys["bias"]]], sb.seq,
-                               sb.name(_scoped(part, "bias")))
-            return self._relu(part).forward(sb, y) if relu else y
-        return self._each(b, grid, builds, _scoped(part, "bias"), finish)
-
-    def _column_grad(self, b, grid, builds, part, dzs: dict, relu: bool, need_dx: bool):
-        """Its weight (and bias) gradients per shard, and the input gradient all-reduced over
-        t1 (each shard's covers its output columns only)."""
-        fold = self.t2 == 1
-
-        def grad(k, sb):
-            dz = dzs[k]
-            if not fold:
-                if relu:
-                    dz = self._relu(part).backward(sb, dz)
-                if "bias" in part.keys:
-                    sb.grad(part.keys["bias"], _column_sums(sb, dz, _scoped(part, "bias_grad")))
-            return sb.saved(f"linear/{part.scope}").backward(sb, dz, need_dx)
-
-        dx = self._each(b, grid, builds, _scoped(part, "shards backward"), grad)
-        if not need_dx:
-            return None
-        return grid.all_reduce(b.seq, b.name(_scoped(part, "input_grad/all_reduce/t1")), dx, 1)
-
-    def _row(self, b, grid, builds, part, xs: dict) -> dict:
-        """A row-parallel Linear part: shard (i1, i2) multiplies its input columns (its t1
-        block: heads or feed-forward columns) into its t2 block of outputs; all-reduced over
-        t1 (the sublayer's all-reduce), then the bias on every shard."""
-        y = self._each(b, grid, builds, _scoped(part, "shards"),
-                       lambda k, sb: self._linear(builds, part, k, False).forward(sb, xs[k]))
-        y = grid.all_reduce(b.seq, b.name(_scoped(part, "all_reduce/t1")), y, 1)
-        if "bias" not in part.keys:
-            return y
-        return self._each(b, grid, builds, _scoped(part, "bias"), lambda k, sb: popops.map(
-            sb.graph, _1 + _2, [y[k], sb.params[part.keys["bias"]]], sb.seq,
-            sb.name(_scoped(part, "bias"))))
-
-    def _row_grad(self, b, grid, builds, part, dys: dict) -> dict:
-        """Its gradients per shard, and the input gradient all-reduced over t2 (t2 > 1: each
-        shard's covers its t2 block of outputs only)."""
-        def grad(k, sb):
-            if "bias" in part.keys:
-                sb.grad(part.keys["bias"], _column_sums(sb, dys[k], _scoped(part, "bias_grad")))
-            return sb.saved(f"linear/{part.scope}").backward(sb, dys[k])
-
-        dx = self._each(b, grid, builds, _scoped(part, "shards backward"), grad)
-        return grid.all_reduce(b.seq, b.name(_scoped(part, "input_grad/all_reduce/t2")), dx, 2)
-
-    # --- dropout, drawn on the whole tensor ------------------------------------------------
-    def _dropout(self, b, grid, part, xs: dict, dim: int, join) -> dict:
-        """part (a Dropout) on the pieces xs, split over grid dimension dim: each group's
-        pieces joined into the whole tensor (join: (whole, cut back)), dropped there as one
-        IPU drops it (the same stream, the same element indices), so the masks are the
-        one-IPU run's; every group at once."""
-        p = part.layer.p
-        if not b.train or p == 0.0:
-            return xs
-        sub = b.part(part.scope, {}, part.stream)
-        out, masks, seqs = {}, {}, []
-        for group in grid.groups(dim):
-            s = prog.Sequence()
-            whole, cut = join([xs[k] for k in group])
-            y, mask = poprand.dropout(b.graph, whole, p, b.seed, s, sub.name("dropout"),
-                                      seed_modifier=sub.seed_modifier)
-            for i, k in enumerate(group):
-                out[k], masks[k] = cut(y, i), cut(mask, i)
-            seqs.append(s)
-        b.seq.add(parallel(b.graph, seqs, sub.name("dropout")))
-        b.save(**{f"mask/{part.scope}": masks})
-        return out
-
-    def _dropout_grad(self, b, grid, builds, part, dys: dict) -> dict:
-        p = part.layer.p
-        if not b.train or p == 0.0:
-            return dys
-        masks = b.saved(f"mask/{part.scope}")
-        return self._each(b, grid, builds, f"{part.scope}/dropout_grad", lambda k, sb: (
-            poprand.dropout_input_gradient(sb.graph, dys[k], masks[k], p, sb.seq,
-                                           sb.name(f"{part.scope}/dropout_grad"))))
 
     # --- attention --------------------------------------------------------------------------
     def _attention(self, ab, grid, abs_, mha, xs: dict) -> dict:
         """Self-attention (ab: its build; abs_: its builds on the shards): in_proj by columns
         (each shard its heads' q, k and v), the shard's heads, out_proj by rows."""
         h = mha.num_heads // self.t1
-        qkv = self._column(ab, grid, abs_, mha.in_proj, xs, False)
-        probs = self._each(ab, grid, abs_, "heads", lambda k, sb: mha.attend(sb, qkv[k], h))
+        qkv = column(ab, grid, abs_, mha.in_proj, xs, False)
+        probs = each(ab, grid, abs_, "heads", lambda k, sb: mha.attend(sb, qkv[k], h))
         samples = qkv[grid.shards[0]].shape[0]
-        attn = self._dropout(ab, grid, mha.attn_drop, probs, 1, _heads_axis(samples))
-        ctx = self._each(ab, grid, abs_, "context", lambda k, sb: mha.context(sb, attn[k], h))
-        return self._row(ab, grid, abs_, mha.out_proj, ctx)
+        attn = dropout(ab, grid, mha.attn_drop, probs, 1, heads_axis(samples))
+        ctx = each(ab, grid, abs_, "context", lambda k, sb: mha.context(sb, attn[k], h))
+        return row(ab, grid, abs_, mha.out_proj, ctx)
 
     def _attention_grad(self, ab, grid, abs_, mha, dys: dict, need_dx: bool):
         h = mha.num_heads // self.t1
-        dctx = self._row_grad(ab, grid, abs_, mha.out_proj, dys)
-        dattn = self._each(ab, grid, abs_, "context backward",
-                           lambda k, sb: mha.context_grad(sb, dctx[k], h))
-        dprobs = self._dropout_grad(ab, grid, abs_, mha.attn_drop, dattn)
-        dqkv = self._each(ab, grid, abs_, "heads backward",
-                          lambda k, sb: mha.attend_grad(sb, dprobs[k], h))
-        return self._column_grad(ab, grid, abs_, mha.in_proj, dqkv, False, need_dx)
+        dctx = row_grad(ab, grid, abs_, mha.out_proj, dys)
+        dattn = each(ab, grid, abs_, "context backward",
+                     lambda k, sb: mha.context_grad(sb, dctx[k], h))
+        dprobs = dropout_grad(ab, grid, abs_, mha.attn_drop, dattn)
+        dqkv = each(ab, grid, abs_, "heads backward",
+                    lambda k, sb: mha.attend_grad(sb, dprobs[k], h))
+        return column_grad(ab, grid, abs_, mha.in_proj, dqkv, False, need_dx)
 
     # --- the block ----------------------------------------------------------------------------
     def _block(self, b, grid, sbs, xs: dict) -> dict:
@@ -461,32 +296,30 @@ class Megatron:
         b.save(attention=(ab, abs_))
 
         def sa(hs):
-            return self._dropout(b, grid, L.drop1, self._attention(
-                ab, grid, abs_, L.self_attn.layer, hs), 2, _last_axis)
+            return dropout(b, grid, L.drop1, self._attention(
+                ab, grid, abs_, L.self_attn.layer, hs), 2, last_axis)
 
         if L.norm_first:
-            x = self._add(b, grid, sbs, xs, sa(self._norm(b, grid, sbs, L.norm1, xs)),
-                          "residual1")
-            return self._add(b, grid, sbs, x, self._ff(b, grid, sbs,
-                                                       self._norm(b, grid, sbs, L.norm2, x)),
-                             "residual2")
-        x = self._norm(b, grid, sbs, L.norm1, self._add(b, grid, sbs, xs, sa(xs), "residual1"))
-        return self._norm(b, grid, sbs, L.norm2,
-                          self._add(b, grid, sbs, x, self._ff(b, grid, sbs, x), "residual2"))
+            x = add(b, grid, sbs, xs, sa(layer_norm(b, grid, sbs, L.norm1, xs)), "residual1")
+            return add(b, grid, sbs, x,
+                       self._ff(b, grid, sbs, layer_norm(b, grid, sbs, L.norm2, x)), "residual2")
+        x = layer_norm(b, grid, sbs, L.norm1, add(b, grid, sbs, xs, sa(xs), "residual1"))
+        return layer_norm(b, grid, sbs, L.norm2,
+                          add(b, grid, sbs, x, self._ff(b, grid, sbs, x), "residual2"))
 
     def _block_grad(self, b, grid, sbs, dys: dict):
         L = b.layer
         if L.norm_first:
-            dy = self._add(b, grid, sbs, dys, self._norm_grad(
+            dy = add(b, grid, sbs, dys, layer_norm_grad(
                 b, grid, sbs, L.norm2, self._ff_grad(b, grid, sbs, dys)), "residual2_grad")
-            dx = self._norm_grad(b, grid, sbs, L.norm1, self._sa_grad(b, grid, sbs, dy),
+            dx = layer_norm_grad(b, grid, sbs, L.norm1, self._sa_grad(b, grid, sbs, dy),
                                  b.need_dx)
-            return self._add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
-        dy = self._norm_grad(b, grid, sbs, L.norm2, dys)
-        dy = self._add(b, grid, sbs, dy, self._ff_grad(b, grid, sbs, dy), "residual2_grad")
-        dy = self._norm_grad(b, grid, sbs, L.norm1, dy)
+            return add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
+        dy = layer_norm_grad(b, grid, sbs, L.norm2, dys)
+        dy = add(b, grid, sbs, dy, self._ff_grad(b, grid, sbs, dy), "residual2_grad")
+        dy = layer_norm_grad(b, grid, sbs, L.norm1, dy)
         dx = self._sa_grad(b, grid, sbs, dy, b.need_dx)
-        return self._add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
+        return add(b, grid, sbs, dy, dx, "residual1_grad") if b.need_dx else None
 
     def _sa_grad(self, b, grid, sbs, dys: dict, need_dx: bool = True):
         L = b.layer
@@ -495,7 +328,7 @@ class Megatron:
         for k, sb in sbs.items():
             abs_[k].params = L.self_attn.params(sb)
         dx = self._attention_grad(ab, grid, abs_, L.self_attn.layer,
-                                  self._dropout_grad(b, grid, sbs, L.drop1, dys), need_dx)
+                                  dropout_grad(b, grid, sbs, L.drop1, dys), need_dx)
         for k, sb in sbs.items():                 # under the block's keys
             sb.grads.update({L.self_attn.keys[n]: t for n, t in abs_[k].grads.items()})
         return dx
@@ -503,133 +336,20 @@ class Megatron:
     def _ff(self, b, grid, sbs, hs: dict) -> dict:
         L = b.layer
         relu = L.activation == "relu"
-        z = self._column(b, grid, sbs, L.linear1, hs, relu)
+        z = column(b, grid, sbs, L.linear1, hs, relu)
         if not relu:
-            z = self._each(b, grid, sbs, "activation", lambda k, sb: L.act.forward(sb, z[k]))
-        z = self._dropout(b, grid, L.drop, z, 1, _last_axis)
-        return self._dropout(b, grid, L.drop2, self._row(b, grid, sbs, L.linear2, z), 2,
-                             _last_axis)
+            z = each(b, grid, sbs, "activation", lambda k, sb: L.act.forward(sb, z[k]))
+        z = dropout(b, grid, L.drop, z, 1, last_axis)
+        return dropout(b, grid, L.drop2, row(b, grid, sbs, L.linear2, z), 2, last_axis)
 
     def _ff_grad(self, b, grid, sbs, dys: dict) -> dict:
         L = b.layer
         relu = L.activation == "relu"
-        dz = self._row_grad(b, grid, sbs, L.linear2,
-                            self._dropout_grad(b, grid, sbs, L.drop2, dys))
-        dz = self._dropout_grad(b, grid, sbs, L.drop, dz)
+        dz = row_grad(b, grid, sbs, L.linear2, dropout_grad(b, grid, sbs, L.drop2, dys))
+        dz = dropout_grad(b, grid, sbs, L.drop, dz)
         if not relu:
-            dz = self._each(b, grid, sbs, "activation_grad",
-                            lambda k, sb: L.act.backward(sb, dz[k]))
-        return self._column_grad(b, grid, sbs, L.linear1, dz, relu, True)
-
-    def _add(self, b, grid, sbs, xs: dict, ys: dict, what: str) -> dict:
-        return self._each(b, grid, sbs, what, lambda k, sb: popops.map(
-            sb.graph, _1 + _2, [xs[k], ys[k]], sb.seq, sb.name(what)))
-
-    # --- layer norm ---------------------------------------------------------------------------
-    def _norm(self, b, grid, sbs, part, xs: dict) -> dict:
-        """LayerNorm on every shard's copy; t2 > 1: over its column block, the row statistics
-        all-reduced over t2 (PopXL's LayerNormDistributed)."""
-        if self.t2 == 1:
-            return self._each(b, grid, sbs, _scoped(part, "shards"),
-                              lambda k, sb: part.forward(sb, xs[k]))
-        d, eps = part.layer.dim, part.layer.eps
-        key = f"norm/{part.scope}"
-
-        def sums(k, sb):
-            x = xs[k] if xs[k].dtype == FLOAT else popops.cast(sb.graph, xs[k], FLOAT, sb.seq,
-                                                               sb.name(_scoped(part, "float")))
-            sb.save(**{f"{key}/x": x})
-            return popops.reduce(sb.graph, x, [x.rank - 1], "add", sb.seq,
-                                 sb.name(_scoped(part, "sum")))
-
-        total = self._all_reduce_stats(b, grid, sbs, part, sums, "mean")
-
-        def squares(k, sb):
-            x = sb.saved(f"{key}/x")
-            mean = popops.map(sb.graph, _1 / float(d), [total[k]], sb.seq,
-                              sb.name(_scoped(part, "mean")))
-            centred = popops.map(sb.graph, _1 - _2, [x, _column(mean)], sb.seq,
-                                 sb.name(_scoped(part, "centred")))
-            sb.save(**{f"{key}/centred": centred})
-            return popops.reduce(sb.graph, centred, [x.rank - 1], "square_add", sb.seq,
-                                 sb.name(_scoped(part, "square_sum")))
-
-        total = self._all_reduce_stats(b, grid, sbs, part, squares, "variance")
-
-        def normalise(k, sb):
-            inv_std = popops.map(sb.graph, 1.0 / E.sqrt(_1 / float(d) + float(eps)),
-                                 [total[k]], sb.seq, sb.name(_scoped(part, "inv_std")))
-            sb.save(**{f"{key}/inv_std": inv_std})
-            w, bias = (sb.params[part.keys[n]] for n in ("weight", "bias"))
-            return popops.map(sb.graph, E.cast(_1 * _2 * E.cast(_3, FLOAT)
-                                               + E.cast(_4, FLOAT), xs[k].dtype),
-                              [sb.saved(f"{key}/centred"), _column(inv_std), w, bias], sb.seq,
-                              sb.name(_scoped(part, "layer_norm")))
-
-        return self._each(b, grid, sbs, _scoped(part, "normalise"), normalise)
-
-    def _all_reduce_stats(self, b, grid, sbs, part, fn, what: str) -> dict:
-        partial = self._each(b, grid, sbs, _scoped(part, f"{what} sums"), fn)
-        return grid.all_reduce(b.seq, b.name(_scoped(part, f"{what}/all_reduce/t2")), partial,
-                               2)
-
-    def _norm_grad(self, b, grid, sbs, part, dys: dict, need_dx: bool = True):
-        if self.t2 == 1:
-            dx = self._each(b, grid, sbs, _scoped(part, "shards backward"),
-                            lambda k, sb: part.backward(sb, dys[k], need_dx))
-            return dx if need_dx else None
-        d = part.layer.dim
-        key = f"norm/{part.scope}"
-
-        def sums(k, sb):
-            dy, inv_std = dys[k], sb.saved(f"{key}/inv_std")
-            w = sb.params[part.keys["weight"]]
-            xhat = popops.map(sb.graph, _1 * _2, [sb.saved(f"{key}/centred"), _column(inv_std)],
-                              sb.seq, sb.name(_scoped(part, "normalised")))
-            g = popops.map(sb.graph, E.cast(_1, FLOAT) * E.cast(_2, FLOAT), [dy, w], sb.seq,
-                           sb.name(_scoped(part, "scaled_grad")))
-            both = popops.map(sb.graph, _1 * _2, [g, xhat], sb.seq,
-                              sb.name(_scoped(part, "scaled_grad_x")))
-            rows = xhat.rank - 1
-            sb.save(**{f"{key}/xhat": xhat, f"{key}/g": g})
-            dyx = popops.map(sb.graph, E.cast(E.cast(_1, FLOAT) * _2, dy.dtype), [dy, xhat],
-                             sb.seq, sb.name(_scoped(part, "dy_xhat")))
-            lead = list(range(rows))
-            sb.grad(part.keys["weight"], popops.reduce(sb.graph, dyx, lead, "add", sb.seq,
-                                                       sb.name(_scoped(part, "weight_grad"))))
-            sb.grad(part.keys["bias"], popops.reduce(sb.graph, dy, lead, "add", sb.seq,
-                                                     sb.name(_scoped(part, "bias_grad"))))
-            return concat([popops.reduce(sb.graph, t, [rows], "add", sb.seq,
-                                         sb.name(_scoped(part, "grad_sums"))).flatten()
-                           for t in (g, both)])
-
-        total = self._all_reduce_stats(b, grid, sbs, part, sums, "grad")
-        if not need_dx:
-            return None
-
-        def dx(k, sb):
-            n = total[k].num_elements() // 2
-            shape = list(sb.saved(f"{key}/inv_std").shape) + [1]
-            a, c = (total[k].slice(i * n, (i + 1) * n).reshape(shape) for i in range(2))
-            return popops.map(sb.graph, E.cast(_1 * (_2 - _3 / float(d) - _4 * (_5 / float(d))),
-                                               dys[k].dtype),
-                              [_column(sb.saved(f"{key}/inv_std")), sb.saved(f"{key}/g"), a,
-                               sb.saved(f"{key}/xhat"), c], sb.seq,
-                              sb.name(_scoped(part, "input_grad")))
-
-        return self._each(b, grid, sbs, _scoped(part, "input_grad"), dx)
-
-
-def _column(t):
-    """t [..] as [.., 1]: one value per row, broadcast along it."""
-    return t.reshape(list(t.shape) + [1])
-
-
-def _column_sums(b, dy, what: str):
-    """dy's sums over every row: a Linear's bias gradient [n]."""
-    n = dy.shape[-1]
-    return popops.reduce(b.graph, dy.reshape([dy.num_elements() // n, n]), [0], "add", b.seq,
-                         b.name(what))
+            dz = each(b, grid, sbs, "activation_grad", lambda k, sb: L.act.backward(sb, dz[k]))
+        return column_grad(b, grid, sbs, L.linear1, dz, relu, True)
 
 
 __all__ = ["Megatron", "is_transformer", "layouts"]
