@@ -13,8 +13,9 @@ import numpy as np
 from .... import data, devices, nn, poplar, poplin, popnn, poputil
 from ....errors import IpuLabError, TileMemoryError
 from ....poplar import program as prog
-from ..messages import Fail, NotAnswered, short
-from ..kit import Kit, call, compare, device, grade_par, number, require_codelet, sentinel_like
+from ..messages import Fail, short
+from ..kit import (Kit, call, compare, device, grade_par, number, require_codelet,
+                   sentinel_like, training_config)
 from ..registry import Par, exercise_set, question
 
 exercise_set("ex12", "12_a_transformer_on_a_pod.ipynb", "A transformer on a Pod",
@@ -264,28 +265,6 @@ FAST_KEYS = ("replicas", "batch_size", "tensor_parallel", "pipeline", "micro_bat
 FAST_PAR = Par(cycles=495_523, tolerance=1.1)
 
 
-def _fast_config(config) -> nn.TrainConfig:
-    if config is None or config is Ellipsis:
-        raise NotAnswered()
-    if not isinstance(config, dict):
-        raise Fail(f"give the configuration as a dict of nn.Trainer options, e.g. "
-                   f"{{'replicas': 16, 'batch_size': 1}}, not {type(config).__name__}")
-    other = [k for k in config if k not in FAST_KEYS]
-    if other:
-        raise Fail(f"{', '.join(map(repr, other))}: not yours to choose here (the model, "
-                   "device, optimizer, lr and seed are fixed). Choose among "
-                   + ", ".join(FAST_KEYS))
-    try:
-        cfg = nn.TrainConfig(optimizer="adam", lr=3e-3, seed=12, **config)
-    except IpuLabError as e:
-        raise Fail(f"your configuration could not be trained: {e}") from None
-    if cfg.global_batch_size != FAST_BATCH:
-        raise Fail(f"{cfg.replicas} replica(s) × batch_size {cfg.batch_size} is a global "
-                   f"batch of {cfg.global_batch_size:,} sequences; the question fixes it at "
-                   f"{FAST_BATCH}")
-    return cfg
-
-
 def _diagnose(cfg) -> str:
     """What in this configuration costs cycles the par does not spend."""
     notes = []
@@ -328,7 +307,8 @@ tile memory; the check trains one step and grades its simulated cycles. **Par**:
         "'precision': 'fp16'}",
     ])
 def _fastest(config):
-    cfg = _fast_config(config)
+    cfg = training_config(config, FAST_KEYS, FAST_BATCH, "sequences", optimizer="adam",
+                          lr=3e-3, seed=12)
     x, y, _, _ = data.sort_tokens(n_train=FAST_BATCH, n_test=1, length=FAST_SEQ // 2)
     try:
         t = nn.Trainer(nn.small_gpt(seq_len=FAST_SEQ), devices.pod(16, tiles_per_ipu=FAST_TILES),
