@@ -667,3 +667,107 @@ wrong("ex10.fastest", API_MISUSE, "a pipeline whose stage does not fit 4 tiles",
       "does not fit in tile memory")(
     {"replicas": 2, "batch_size": 128, "precision": "fp16", "pipeline": [3],
      "micro_batches": 2})
+
+
+# --- ex12 ------------------------------------------------------------------------------------
+@wrong("ex12.causal_softmax", MISCONCEPTION, "exp of the raw scores: overflow",
+       "overflows float32", "Subtract the row's maximum")
+class CausalSoftmaxNoShift(poplar.Vertex):
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(x, out):
+        s = 0.0
+        for v in x:
+            s += np.exp(v)
+        for j in range(len(x)):
+            out[j] = np.exp(x[j]) / s
+        for j in range(len(x), len(out)):
+            out[j] = 0.0
+
+
+@wrong("ex12.causal_softmax", WRONG_VALUE, "the masked columns never written",
+       "wrote out[0, 1]: expected 0.0, got -7777.0", "a masked column, its weight is 0",
+       "never wrote it")
+class CausalSoftmaxNoMask(poplar.Vertex):
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(x, out):
+        e = np.exp(x - np.max(x))          # numpy on the whole row, the masked part forgotten
+        out[:len(x)] = e / np.sum(e)
+
+
+@wrong("ex12.causal_softmax", OUT_OF_BOUNDS, "sums the whole row, reading past x",
+       "Out-of-bounds", "CausalSoftmaxWholeRow", "`s += np.exp(x[j] - m)`")
+class CausalSoftmaxWholeRow(poplar.Vertex):
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(x, out):
+        m = x[0]
+        for v in x:
+            m = max(m, v)
+        s = 0.0
+        for j in range(len(out)):
+            s += np.exp(x[j] - m)
+        for j in range(len(out)):
+            out[j] = np.exp(x[j] - m) / s if j < len(x) else 0.0
+
+
+@wrong("ex12.causal_softmax", OFF_BY_ONE, "leaves the diagonal out of the sum",
+       "out[0, 0] is inf", "the diagonal, column i, too")
+class CausalSoftmaxSkipsDiagonal(poplar.Vertex):
+    x = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(x, out):
+        m = np.max(x)
+        s = np.sum(np.exp(x[:-1] - m))     # the visible columns but the last: the diagonal
+        for j in range(len(x)):
+            out[j] = np.exp(x[j] - m) / s
+        for j in range(len(x), len(out)):
+            out[j] = 0.0
+
+
+wrong("ex12.split_heads", MISCONCEPTION, "a reshape without dim_shuffle",
+      "matrix 0 (sample 0, head 0), row 1, column 0 of your view holds qkv[0, 0, 4]",
+      "cuts positions into heads")(
+    lambda t, heads: t.reshape([t.shape[0] * heads, t.shape[1], t.shape[2] // heads]))
+wrong("ex12.split_heads", WRONG_VALUE, "heads before samples",
+      "matrix 1 (sample 0, head 1)", "holds qkv[1, 0, 0]")(
+    lambda t, heads: t.reshape([t.shape[0], t.shape[1], heads, t.shape[2] // heads])
+    .dim_shuffle([2, 0, 1, 3]).reshape([heads * t.shape[0], t.shape[1], t.shape[2] // heads]))
+wrong("ex12.split_heads", API_MISUSE, "the heads left as a dimension of their own",
+      "your view has shape [2, 2, 4, 4], expected [4, 4, 4]")(
+    lambda t, heads: t.reshape([t.shape[0], t.shape[1], heads, t.shape[2] // heads])
+    .dim_shuffle([0, 2, 1, 3]))
+
+wrong("ex12.megatron_bytes", MISCONCEPTION, "the forward pass's all-reduces only",
+      "t = 2, 2 sequence(s) of 8 tokens, d_model 32", "16,384 over the IPU-Links",
+      "That is half")(lambda t, batch, seq, d: 2 * 2 * (t - 1) * batch * seq * d * 4)
+wrong("ex12.megatron_bytes", MISCONCEPTION, "what one IPU of the ring sends",
+      "all t IPUs of the replica send at once")(
+    lambda t, batch, seq, d: 4 * 2 * (t - 1) * batch * seq * d * 4 // t)
+wrong("ex12.megatron_bytes", WRONG_VALUE, "values, not bytes",
+      "That is a quarter", "4 per float32 value")(
+    lambda t, batch, seq, d: 4 * 2 * (t - 1) * batch * seq * d)
+
+wrong("ex12.fastest", TOO_SLOW, "16 replicas with RTS in fp32", "too slow", "1.47× par",
+      "fp32: the products run at half the fp16 rate")(
+    {"replicas": 16, "batch_size": 1, "rts": True})
+wrong("ex12.fastest", TOO_SLOW, "Megatron's t 4 without RTS", "too slow", "1.28× par",
+      "without RTS each of the 4 replicas runs Adam's update on every weight")(
+    {"replicas": 4, "batch_size": 4, "tensor_parallel": 4, "precision": "fp16"})
+wrong("ex12.fastest", WRONG_VALUE, "a whole replica with Adam on a 4-tile IPU",
+      "does not fit in tile memory", "Out of memory on tile")(
+    {"replicas": 16, "batch_size": 1, "precision": "fp16"})
+wrong("ex12.fastest", API_MISUSE, "a bigger global batch", "a global batch of 64 sequences",
+      "fixes it at 16")({"replicas": 16, "batch_size": 4, "rts": True})
+wrong("ex12.fastest", API_MISUSE, "more heads' shards than heads",
+      "could not be trained", "splits the attention heads over t1 = 8 IPUs")(
+    {"replicas": 2, "batch_size": 8, "tensor_parallel": 8})

@@ -32,7 +32,7 @@ def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
     sets = registry.sets()
     bank = ROOT / "ipulab" / "course" / "questions" / "bank"            # one set per module, setNN_... -> exNN
     assert sorted(sets) == [f"ex{p.name[3:5]}" for p in sorted(bank.glob("set[0-9][0-9]_*.py"))]
-    assert {f"ex{i:02d}" for i in (*range(1, 10), 11)} <= set(sets)
+    assert {f"ex{i:02d}" for i in (*range(1, 10), 11, 12)} <= set(sets)
     for sid, s in sets.items():
         qs = registry.questions(sid)
         kinds = {q.kind for q in qs}
@@ -241,6 +241,44 @@ def test_sharing_checks_accept_other_correct_answers(capsys):
     assert check("ex11.min_wait", {"policy": "backfill", "priorities": small_first})
     out = capsys.readouterr().out
     assert out.count("✓ ex11.") == 3 and "1.04× par" in out
+
+
+def test_transformer_checks_accept_other_correct_answers(capsys):
+    """Set 12 grades the weights, the elements a view holds, the bytes and the cycles the
+    simulator gives, not one way of writing them."""
+    import numpy as np
+
+    from ipulab import poplar
+
+    class TwoPassSoftmax(poplar.Vertex):       # np.exp, the mask first, a max from -inf
+        x = poplar.Input(poplar.Vector[poplar.FLOAT])
+        out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+        @staticmethod
+        def compute(x, out):
+            for j in range(len(out)):
+                out[j] = 0.0
+            m = -np.inf
+            for j in range(len(x)):
+                m = max(m, x[j])
+            s = 0.0
+            for j in range(len(x)):
+                s += np.exp(x[j] - m)
+            for j in range(len(x)):
+                out[j] = np.exp(x[j] - m) / s
+
+    def heads_by_slicing(t, heads):            # [B, h, S, d/h] through a 4-D view and flatten
+        b, s, d = t.shape
+        four = t.reshape([b, s, heads, d // heads]).dim_shuffle([0, 2, 1, 3])
+        return four.flatten().reshape([b * heads, s, d // heads])
+
+    assert check("ex12.causal_softmax", TwoPassSoftmax)
+    assert check("ex12.split_heads", heads_by_slicing)
+    assert check("ex12.megatron_bytes", lambda t, b, s, d: np.float64(32 * (t - 1) * b * s * d))
+    assert check("ex12.fastest", {"replicas": 8, "batch_size": 2, "tensor_parallel": 2,
+                                  "rts": True, "precision": "fp16", "phases": 1})
+    out = capsys.readouterr().out
+    assert out.count("✓ ex12.") == 4 and "1.01× par" in out
 
 
 def test_a_training_configuration_that_overflows_is_explained():

@@ -62,6 +62,7 @@ NOTEBOOKS = {
     "notebooks/09_bow2000_cnn_training.ipynb": BOTH,
     "notebooks/10_scaling_to_pods.ipynb": BOTH,
     "notebooks/11_sharing_a_pod.ipynb": BOTH,
+    "notebooks/12_a_transformer_on_a_pod.ipynb": BOTH,
     "tests/browser/bow2000_views.ipynb": BOTH,
 }
 # notebook -> seconds from "Run All Cells" until every cell has executed and every widget and

@@ -346,6 +346,35 @@ def predicted(answer, truth, explanations: dict | None = None, unit: str = "cycl
                "step by step with the model of the notebook (the hints walk you through it).")
 
 
+def training_config(config, keys, global_batch: int, samples: str = "samples",
+                    explain=str, **fixed):
+    """A learner's dict of nn.Trainer options (among `keys`) as an nn.TrainConfig with the
+    question's `fixed` options (lr, seed, ...). Fail naming what is wrong: not a dict, an option
+    that is not theirs to choose, a rule of TrainConfig's (said by `explain(error)`), or a
+    global batch other than the question's."""
+    from ... import nn
+    if config is None or config is Ellipsis:
+        raise NotAnswered()
+    if not isinstance(config, dict):
+        raise Fail(f"give the configuration as a dict of nn.Trainer options among "
+                   f"{', '.join(keys)}, not {type(config).__name__}")
+    other = [k for k in config if k not in keys]
+    if other:
+        raise Fail(f"{', '.join(map(repr, other))}: not yours to choose here (the model, "
+                   f"device, {', '.join(sorted(fixed))} are fixed). Choose among "
+                   + ", ".join(keys))
+    try:
+        cfg = nn.TrainConfig(**fixed, **config)
+    except IpuLabError as e:
+        raise Fail(f"your configuration could not be trained: {type(e).__name__}: "
+                   f"{explain(e)}") from None
+    if cfg.global_batch_size != global_batch:
+        raise Fail(f"{cfg.replicas} replica(s) x batch_size {cfg.batch_size} is a global batch "
+                   f"of {cfg.global_batch_size:,} {samples} per step; the question fixes it at "
+                   f"{global_batch}. Choose how to split it, not its size.")
+    return cfg
+
+
 def elements(name: str, indices, limit: int = 4) -> str:
     """'x[0], x[1000], x[2000], …' for flat indices of a 1-D tensor."""
     idx = [int(i) for i in np.asarray(indices).ravel()]

@@ -12,7 +12,7 @@ import numpy as np
 from .... import data, devices, nn
 from ....errors import IpuLabError, TileMemoryError
 from ..messages import Fail, NotAnswered
-from ..kit import call, grade_par, number
+from ..kit import call, grade_par, number, training_config
 from ..registry import Par, exercise_set, question
 
 exercise_set("ex09", "09_bow2000_training.ipynb", "Training on a Bow-2000",
@@ -544,22 +544,8 @@ def _fast_reference():
 
 def _fast_options(config) -> nn.TrainConfig:
     """The learner's dict of Trainer options as a TrainConfig (its rules, its messages)."""
-    if not isinstance(config, dict):
-        raise Fail(f"give the configuration as a dict of nn.Trainer options, e.g. "
-                   f"{{'replicas': 2, 'batch_size': 128}}, not {type(config).__name__}")
-    other = [k for k in config if k not in FAST_KEYS]
-    if other:
-        raise Fail(f"{', '.join(map(repr, other))}: not yours to choose here (the model, "
-                   "device, lr and seed are fixed). Choose among " + ", ".join(FAST_KEYS))
-    try:
-        cfg = nn.TrainConfig(lr=0.05, seed=SEED, **config)
-    except IpuLabError as e:
-        raise Fail(f"your configuration could not be trained: {type(e).__name__}: "
-                   f"{_explain_config(e)}") from None
-    if cfg.global_batch_size != FAST_BATCH:
-        raise Fail(f"{cfg.replicas} replica(s) x batch_size {cfg.batch_size} is a global batch "
-                   f"of {cfg.global_batch_size:,} images per step; the question fixes it at "
-                   f"{FAST_BATCH}. Choose how to split it, not its size.")
+    cfg = training_config(config, FAST_KEYS, FAST_BATCH, "images", _explain_config, lr=0.05,
+                          seed=SEED)
     if (micro_batches := cfg.micro_batches) > FAST_MAX_MICRO:
         raise Fail(f"{micro_batches} micro-batches build {micro_batches} copies of every "
                    f"stage's forward and backward pass: a huge graph, slow to simulate. The bubble is "

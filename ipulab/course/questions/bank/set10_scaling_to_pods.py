@@ -12,7 +12,7 @@ from .... import data, devices, gcl, nn, plan, poplar, poputil
 from ....errors import IpuLabError, PlanError, TileMemoryError
 from ....poplar import program as prog
 from ..messages import Fail, NotAnswered
-from ..kit import call, grade_par, number
+from ..kit import call, grade_par, number, training_config
 from ..registry import Par, exercise_set, question
 
 exercise_set("ex10", "10_scaling_to_pods.ipynb", "Scaling to Pods",
@@ -267,19 +267,7 @@ def wide_mlp():
 
 
 def _fast_config(config) -> nn.TrainConfig:
-    if config is None or config is Ellipsis:
-        raise NotAnswered()
-    if not isinstance(config, dict) or any(k not in FAST_KEYS for k in config):
-        raise Fail(f"give a dict of nn.Trainer options among {', '.join(FAST_KEYS)}, e.g. "
-                   "{'replicas': 16, 'batch_size': 16}")
-    try:
-        cfg = nn.TrainConfig(lr=0.05, seed=10, **config)
-    except IpuLabError as e:
-        raise Fail(f"your configuration could not be trained: {e}") from None
-    if cfg.global_batch_size != FAST_BATCH:
-        raise Fail(f"{cfg.replicas} replica(s) × batch_size {cfg.batch_size} is a global "
-                   f"batch of {cfg.global_batch_size:,}; the question fixes it at {FAST_BATCH}")
-    return cfg
+    return training_config(config, FAST_KEYS, FAST_BATCH, "images", lr=0.05, seed=10)
 
 
 @question(
