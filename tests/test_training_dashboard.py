@@ -72,7 +72,19 @@ def test_dashboard_fit_updates_sources_and_profile(data):
     p = dash.profile.value
     assert "cycles" in p and f"{tr.history['cycles'][0]:,}" in p
     assert "32 of 32" in p and "IPU-Links" in p              # 4 IPUs x 8 tiles
+    assert "images/s" in p and "images/s" in dash.table.value and "sequences/s" not in p
     assert not dash.start.disabled and dash.stop.disabled
+
+
+def test_a_transformers_throughput_is_in_sequences():
+    """A model on tokens counts sequences a second, not images."""
+    x, y, xt, yt = ipulab.data.sort_tokens(n_train=32, n_test=16, seed=0)
+    tr = nn.Trainer(nn.small_gpt(seq_len=x.shape[1]), ipulab.devices.ipu("bow", tiles_per_ipu=32),
+                    batch_size=16, optimizer="adam", lr=3e-3)
+    dash = TrainingDashboard(tr, x, y, xt, yt, epochs=1)
+    dash.fit()
+    assert "sequences/s" in dash.profile.value and "sequences/s" in dash.table.value
+    assert "images/s" not in dash.profile.value + dash.table.value
 
 
 def test_start_and_stop_buttons(data):

@@ -214,7 +214,7 @@ class TrainingDashboard(W.VBox):
         self.profile.value = f"<b>One training step (simulated): {describe(now)}</b>" + table(
             ["", ""],
             [("cycles", f"{fmt_int(s['step_cycles'])} ({s['step_seconds'] * 1e6:,.1f} µs)"),
-             ("images/s", fmt_int(s["images_per_second"])),
+             (f"{s['samples']}/s", fmt_int(s["images_per_second"])),
              ("tiles used", f"{fmt_int(s['tiles_used'])} of {fmt_int(s['num_tiles'])}"),
              ("peak tile memory", f"{fmt_bytes(s['peak_tile_bytes'], 1)} of "
                                   f"{fmt_bytes(s['bytes_per_tile'], 1)}"),

@@ -108,12 +108,14 @@ def rebuilt(trainer, config, input_shape):
 
 
 def step_figures(trainer) -> dict:
-    """Profile.step_summary of the trainer's step profile, the simulated images/s, and
+    """Profile.step_summary of the trainer's step profile, the simulated samples per second
+    (images_per_second, with samples naming them: images, or sequences of tokens), and
     viz.explain.step_breakdown's cycles by part and what explains them."""
     p = trainer.profile()
     s = p.step_summary()
     return dict(s, **step_breakdown(p, trainer.global_batch_size),
-                images_per_second=trainer.global_batch_size / s["step_seconds"])
+                images_per_second=trainer.global_batch_size / s["step_seconds"],
+                samples="sequences" if trainer.positions > 1 else "images")
 
 
 def why(rows: dict) -> list[str]:
@@ -125,11 +127,12 @@ def why(rows: dict) -> list[str]:
 
 def config_table(rows: dict, current) -> str:
     """HTML: one row per configuration run ({TrainConfig: step_figures}), the current one
-    marked: images/s, a step's cycles and where they go (PARTS, headed short to fit a
+    marked: images/s (or sequences/s), a step's cycles and where they go (PARTS, headed short to fit a
     notebook's width), IPU-Link bytes, peak tile memory; then why each is faster or slower
     than the one before (why())."""
+    unit = next(iter(rows.values()))["samples"] if rows else "images"
     body = table(
-        ["", "configuration", "images/s", "cycles/step", *COLUMNS.values(), "IPU-Link bytes",
+        ["", "configuration", f"{unit}/s", "cycles/step", *COLUMNS.values(), "IPU-Link bytes",
          "peak tile"],
         [("▶" if c == current else "", describe(c), fmt_int(s["images_per_second"]),
           fmt_int(s["step_cycles"]), *(fmt_int(s[p]) for p in COLUMNS),
