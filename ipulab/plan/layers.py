@@ -296,6 +296,10 @@ class Product(Layer):
     def flipped(self, ipu) -> int:
         return 0
 
+    def with_relu(self) -> "Product":
+        """This layer with a ReLU folded into it (the layer after it)."""
+        return dataclasses.replace(self, relu=True)
+
 
 @dataclass(frozen=True)
 class Linear(Product):
@@ -416,7 +420,11 @@ def linear_cost(name: str, fin: int, fout: int, tokens: int = 1, bias: bool = Tr
                   (fout * fin,) + (fout,) * bias, work, features=(fin, fout, int(bias)))
 
 
-def _linear(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Linear:
+def _linear(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
+    if placed:
+        from .transformer import TokenLinear
+        return TokenLinear.of(layer.in_features, layer.out_features, math.prod(shape[:-1]),
+                              bool(layer.bias), False, i, work, f"{i}.Linear")
     return linear_cost(f"{i}.Linear", layer.in_features, layer.out_features,
                        math.prod(shape[:-1]), bool(layer.bias), True, i, work)
 
@@ -429,18 +437,29 @@ def _pool(cls, layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool
                                    ph, pw))
 
 
-def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False):
+def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False,
+          placed: bool = False):
     n = math.prod(shape)
+    if placed and not folded:
+        from .transformer import TokenReLU
+        return TokenReLU(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
     cls = FoldedReLU if folded else ReLU
     return cls(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
-def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Dropout:
+def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
     n = math.prod(shape)
+    if placed:
+        from .transformer import TokenDropout
+        return TokenDropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work,
+                            p=layer.p)
     return Dropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
-def _view(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> View:
+def _view(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
+    if placed:
+        from .transformer import TokenView
+        return TokenView(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
     return View(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
 
 
@@ -448,15 +467,30 @@ def kinds() -> dict:
     """nn's layer classes -> the function making their cost (imported on first use: nn
     builds graphs, which the full scale never needs)."""
     from .. import nn
+    from .transformer import (attention_of, embedding_of, encoder_layer_of, gelu_of,
+                              layer_norm_of, positional_embedding_of)
     return {nn.Conv2d: _conv, nn.Linear: _linear,
             nn.MaxPool2d: functools.partial(_pool, MaxPool2d),
             nn.AvgPool2d: functools.partial(_pool, AvgPool2d),
-            nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view}
+            nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view,
+            nn.Embedding: embedding_of,
+            nn.PositionalEmbedding: positional_embedding_of,
+            nn.LayerNorm: layer_norm_of,
+            nn.GELU: gelu_of,
+            nn.MultiheadAttention: attention_of,
+            nn.TransformerEncoderLayer: encoder_layer_of}
+
+
+PLACED = ("Embedding", "PositionalEmbedding", "LayerNorm", "GELU", "MultiheadAttention",
+          "TransformerEncoderLayer")
 
 
 def layers_of(model, sample_shape) -> list[Layer]:
     """The cost of every layer of an nn.Sequential for samples of sample_shape: its kind's
-    class (by nn's layer class), a ReLU folded into the product before it as nn folds it."""
+    class (by nn's layer class), a ReLU folded into the product before it as nn folds it. A
+    model of tokens or of transformer layers is priced element by element (its Linear,
+    ReLU, Dropout and Flatten too: transformer.py); convolutions and pooling are not among
+    them."""
     from ..errors import GraphError
     from ..nn.pipeline import layer_work
     makers = kinds()
@@ -465,6 +499,7 @@ def layers_of(model, sample_shape) -> list[Layer]:
     except GraphError as e:
         raise PlanError(f"spec_from_model: samples of shape {tuple(sample_shape)}: {e}") \
             from None
+    placed = any(type(layer).__name__ in PLACED for layer in model)
     work = layer_work(model, sample_shape)
     out, prev = [], None
     for i, layer in enumerate(model):
@@ -473,10 +508,14 @@ def layers_of(model, sample_shape) -> list[Layer]:
             raise PlanError(f"the planner has no cost class for layer {i} "
                             f"({type(layer).__name__}); it knows "
                             f"{', '.join(c.__name__ for c in makers)}")
+        if placed and (make is _conv or isinstance(make, functools.partial)):
+            raise PlanError(f"layer {i} ({type(layer).__name__}): the planner prices "
+                            "convolutions and pooling only in models without transformer "
+                            "layers")
         folded = make is _relu and prev is not None and prev.fuses_relu
-        cost = make(layer, i, shapes[i], shapes[i + 1], work[i], folded=folded)
+        cost = make(layer, i, shapes[i], shapes[i + 1], work[i], folded=folded, placed=placed)
         if folded:
-            out[-1] = dataclasses.replace(out[-1], relu=True)
+            out[-1] = out[-1].with_relu()
         out.append(cost)
         prev = layer
     return out

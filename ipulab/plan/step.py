@@ -31,7 +31,8 @@ from itertools import zip_longest
 from math import ceil
 
 from .optim import optimizer_cost
-from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined
+from ..poplar import INT
+from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined, placed_layout
 
 LABEL_BYTES = 4             # labels stream in as INT
 
@@ -49,7 +50,9 @@ class Pass:
     rts: bool
     pipelined: bool
     first_weighted: int
+    batch: int = 0
     inputs: dict = field(default_factory=dict)
+    saved: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -77,6 +80,7 @@ class StepWalk:
         self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)
+        self.placed = bool(spec.dims.get("placed"))    # priced element by element
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -114,8 +118,12 @@ class StepWalk:
                       for n in self.layers[i].tensors)
 
     def gradients(self, blocks) -> Layout:
-        """This IPU's weight gradients of `blocks`, where their products left them."""
+        """This IPU's weight gradients of `blocks`, where their products left them (a placed
+        layer's where its backward made them)."""
         run = self.run(0, True)
+        if self.placed:
+            return placed_layout([g for (kind, i, _), g in self.mc.placed_items()
+                                  if kind == "grad" and i in blocks], self.mc.T)
         return joined(self.layers[i].gradient(self.mc, run) for i in blocks
                       if self.layers[i].params)
 
@@ -144,6 +152,7 @@ class StepWalk:
         runs = [self.run(mb, True) for mb in range(builds)]
         for run in runs:
             self.forward(ipu, s, blocks, run, cost, last)
+        self.last_logits = runs[0].saved.get("logits")
         for run in runs:
             ipu.clock = cost.backward if run.micro_batch == 0 else None
             self.backward(ipu, s, blocks, run)
@@ -160,7 +169,15 @@ class StepWalk:
     def run(self, mb: int, train: bool) -> Pass:
         m = self.m
         return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
-                    self.first_weighted)
+                    self.first_weighted, self.batch)
+
+    def batch_input(self):
+        """A placed model's batch: [B, ...] (token ids INT) mapped linearly on the first
+        stage."""
+        mc, shape = self.mc, self.spec.dims["sample_shape"]
+        dtype = INT if self.spec.dims.get("tokens") else mc.dtype
+        return mc.once("input", lambda: mc.addr.linear((self.batch,) + tuple(shape), dtype,
+                                                         mc.graph.num_tiles))
 
     def step_tensors(self, ipu, s: int, blocks, params: int) -> None:
         """What lives the whole step: RTS's gathered weights (of the largest phase when
@@ -176,7 +193,11 @@ class StepWalk:
         if m.pipeline > 1:
             ipu.hold("accumulators", sum(mc.staged(n).elements for i in blocks
                                          for n in self.layers[i].tensors) * mc.E, "gradients")
-        if s == 0:
+        if s == 0 and self.placed:
+            x = self.batch_input()
+            ipu.hold("input", x)
+            ipu.control(2 * x.tiles)                      # training's and evaluation's batch
+        elif s == 0:
             x = self.batch * self.layers[0].keep
             ipu.hold("input", mc.staged(x).elements * mc.E)
             ipu.control(2 * mc.staged(x).tiles)          # training's and evaluation's batch
@@ -194,8 +215,12 @@ class StepWalk:
                 x = self.layers[i].forward(ipu, run, x)
             for i in seg[:-1] if m.recompute else ():
                 ipu.free(("act", mb, i))
+            for i in seg if m.recompute else ():      # rebuilt before their backward
+                getattr(self.layers[i], "forget", lambda ipu, run: None)(ipu, run)
+        run.saved["logits"] = x
         if last:
-            self.spec.loss.forward(ipu, run, x, ("grad", mb, blocks[-1]))
+            run.saved["dlogits"] = self.spec.loss.forward(ipu, run, x,
+                                                          ("grad", mb, blocks[-1]))
         elif m.pipeline > 1:                       # to the next stage, its gradient back
             ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
 
@@ -203,6 +228,8 @@ class StepWalk:
         """Where a micro-batch's input lies: the batch on the first stage; the previous
         stage's activations (and the copies that bring them and take their gradient back)."""
         mc, lo = self.mc, blocks[0]
+        if self.placed:
+            return self.arrive_placed(ipu, lo, run)
         if lo == 0:
             return mc.staged(run.n * self.layers[0].keep)
         size = run.n * self.outputs(lo - 1)
@@ -210,10 +237,27 @@ class StepWalk:
         ipu.control(2 * mc.staged(size).tiles)
         return mc.staged(size)
 
+    def arrive_placed(self, ipu, lo: int, run: Pass):
+        """A placed model's micro-batch: its rows of the batch; on a later stage a copy of
+        the previous stage's output mapped linearly (its gradient goes back alike)."""
+        mc, n, mb = self.mc, run.n, run.micro_batch
+        if lo == 0:
+            x = self.batch_input()
+            return x[mb * n:(mb + 1) * n] if run.pipelined else x
+        shape = (n,) + tuple(self.spec.dims["shapes"][lo])
+        x = mc.addr.linear(shape, mc.dtype, mc.graph.num_tiles)
+        ipu.hold(("act", mb, lo - 1), x)
+        ipu.control(2 * x.tiles)
+        return x
+
     def backward(self, ipu, s: int, blocks, run: Pass) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
         recomputing, then its layers' backwards (none before the first layer with weights)."""
-        mb, dy = run.micro_batch, None
+        mb, dy = run.micro_batch, run.saved.get("dlogits")
+        if self.placed and blocks[-1] < len(self.layers) - 1:    # from the next stage
+            shape = (run.n,) + tuple(self.spec.dims["shapes"][blocks[-1] + 1])
+            dy = self.mc.addr.linear(shape, self.mc.dtype, self.mc.graph.num_tiles)
+            ipu.hold(("grad", mb, blocks[-1]), dy)
         for seg in reversed(self.segments(blocks)):
             if seg[-1] < self.first_weighted:
                 break
@@ -239,7 +283,10 @@ class StepWalk:
                 x = self.layers[i].forward(ipu, run, x)
             if last:
                 self.spec.loss.forward(ipu, run, x)
-        if last and not own:
+        if last and not own and self.placed:
+            self.spec.loss.forward(ipu, self.run(0, False), self.last_logits, None,
+                                   loss=False)
+        elif last and not own:
             ipu.arg_max(self.m.micro_batch_size)
 
     def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
@@ -299,12 +346,16 @@ class StepWalk:
         return [self.mc.far_sync + self.target.link_cycles(nbytes, 0, 1)]
 
     def host(self) -> int:
-        """The step's four FIFO copies: images, labels, loss, correct."""
-        r, mc = self.m.replicas, self.mc
+        """The step's four FIFO copies: the batch (token ids INT), labels (one a position),
+        loss, correct."""
+        r, mc, dims = self.m.replicas, self.mc, self.spec.dims
         sample = 1
-        for d in self.spec.dims["sample_shape"]:
+        for d in dims["sample_shape"]:
             sample *= d
-        sizes = (self.batch * r * sample * mc.E, self.batch * r * LABEL_BYTES, 4 * r, 4 * r)
+        size = LABEL_BYTES if dims.get("tokens") else mc.E
+        labels = getattr(self.spec.loss, "positions", 1)
+        sizes = (self.batch * r * sample * size, self.batch * r * labels * LABEL_BYTES,
+                 4 * r, 4 * r)
         return sum(mc.sync + self.target.host_cycles(b) for b in sizes)
 
     def ring(self, elements: int) -> int:

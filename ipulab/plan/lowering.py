@@ -1,0 +1,191 @@
+"""A compute set on Placed tensors, priced as poplar lowers it (poplar/lower_compute.py).
+
+An op (ops.py) describes its vertices as the library adds them: per codelet, the vertices'
+tiles and estimates and, per field, the regions of a Placed tensor each vertex connects
+(poplar.Regions' index, lengths and counts). From the elements' tiles and addresses this
+module decides what the compiler decides:
+
+  in place   a slot (a Vector field's regions joined, or one region of a VectorList) whose
+             elements are consecutive in one variable and on its vertex's tile is read in
+             place; any other gets a buffer on the vertex's tile (read-only slots of the same
+             elements on one tile share one), filled by the exchange before the compute phase
+             and, for outputs, sent back after it;
+  cycles     sync; the exchange in (machine.cost.exchange_cost: bytes in and out per tile,
+             multicast sources counted once, the IPU-Links between IPUs); the compute phase
+             (machine.cost.compute_cost: vertices dealt to the workers) plus the on-tile
+             copies into buffers; outputs sent back: another sync, exchange and copies;
+  memory     exchange buffers (per tile, the largest of any compute set), vertex state (a
+             header, a pointer per field, an entry per VectorList region), code (each codelet
+             once per tile it runs on; control code per step a tile takes part in).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..machine.cost import compute_cost, exchange_cost
+from ..poplar.vertices import ragged
+from .placed import Placed
+
+
+@dataclass
+class Field:
+    """One field of a group of vertices: regions of `tensor`'s flattened elements (index:
+    their positions, concatenated; lengths per region; counts regions per vertex), its kind
+    ("scalar", "vector" or "vector_list") and whether the codelet reads and writes it."""
+
+    tensor: Placed
+    index: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
+    kind: str = "vector"
+    reads: bool = True
+    writes: bool = False
+
+    @classmethod
+    def regions(cls, tensor: Placed, begins, ends, counts=None, **kw) -> "Field":
+        begins, ends = np.asarray(begins, np.int64), np.asarray(ends, np.int64)
+        counts = np.ones(begins.size, np.int64) if counts is None else \
+            np.asarray(counts, np.int64)
+        return cls(tensor, ragged(begins, ends - begins), ends - begins, counts, **kw)
+
+    @classmethod
+    def whole(cls, tensor: Placed, n: int, **kw) -> "Field":
+        """Every one of n vertices connects the whole tensor."""
+        size = tensor.elements
+        return cls(tensor, np.tile(np.arange(size, dtype=np.int64), n),
+                   np.full(n, size, np.int64), np.ones(n, np.int64), **kw)
+
+    def slot_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """(length of each slot, vertex of each slot): a VectorList's regions each a slot,
+        else a vertex's regions joined."""
+        vertex = np.repeat(np.arange(self.counts.size), self.counts)
+        if self.kind == "vector_list":
+            return self.lengths, vertex
+        return np.bincount(vertex, weights=self.lengths,
+                           minlength=self.counts.size).astype(np.int64), \
+            np.arange(self.counts.size)
+
+
+@dataclass
+class Group:
+    """Vertices of one codelet: their tiles, estimates, whether it is a MultiVertex (its
+    estimate is every worker's), and its fields."""
+
+    codelet: str
+    tiles: np.ndarray
+    estimates: np.ndarray
+    fields: list
+    multi: bool = False
+
+
+@dataclass
+class Priced:
+    """What one compute set costs: cycles (the BSP sum of its phases), and per tile of the
+    layer's graph its buffers, vertex state, the tiles each codelet runs on and the tiles
+    taking part."""
+
+    cycles: int
+    buffers: np.ndarray
+    state: np.ndarray
+    code: dict = field(default_factory=dict)
+    active: np.ndarray | None = None
+    phases: dict = field(default_factory=dict)
+
+
+def _slots(group: Group, f: Field, T: int):
+    """The field's slots: (tile, length, element tiles, element addresses, slot of each
+    element, in place, key for sharing)."""
+    lengths, vertex = f.slot_lengths()
+    tile = group.tiles[vertex]
+    where = f.tensor.where.ravel()[f.index]
+    ids = f.tensor.ids.ravel()[f.index]
+    slot = np.repeat(np.arange(lengths.size), lengths)
+    bad = where != tile[slot]
+    if ids.size > 1:
+        step = np.r_[False, np.diff(ids) != 1] & np.r_[False, slot[1:] == slot[:-1]]
+        bad |= step
+    in_place = np.bincount(slot[bad], minlength=lengths.size) == 0
+    first = np.full(lengths.size, -1, np.int64)
+    nz = lengths > 0
+    first[nz] = ids[np.cumsum(lengths)[nz] - lengths[nz]]
+    return tile, lengths, where, ids, slot, in_place, first
+
+
+def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
+    """The cycles and memory of a compute set of these groups on `target` (the layer's
+    graph): `sync` the cycles of its syncs, `far_sync` when its exchange crosses IPUs."""
+    T = target.num_tiles
+    buffers = np.zeros(T, np.int64)
+    state = np.zeros(T, np.int64)
+    pre = ([], [], [], [])          # src tile, dst tile, bytes, source address
+    post = ([], [], [], [])
+    code = {}
+    cost = target.cost
+    size = {"scalar": cost.scalar_field_bytes, "vector": cost.vector_field_bytes,
+            "vector_list": cost.vector_field_bytes}
+    tiles_all, est_all, multi_all = [], [], []
+    for g in cs:
+        n = g.tiles.size
+        if not n:
+            continue
+        tiles_all.append(g.tiles), est_all.append(g.estimates)
+        multi_all.append(np.full(n, g.multi))
+        header = cost.vertex_header_bytes + sum(size[f.kind] for f in g.fields)
+        state += np.bincount(g.tiles, minlength=T) * header
+        mark = np.zeros(T, bool)
+        mark[g.tiles] = True
+        code[g.codelet] = code.get(g.codelet, np.zeros(T, bool)) | mark
+        for f in g.fields:
+            tile, lengths, where, ids, slot, in_place, first = _slots(g, f, T)
+            if f.kind == "vector_list":
+                state += np.bincount(tile, minlength=T) * cost.vector_list_entry_bytes
+            need = ~in_place & (lengths > 0)
+            if f.reads and not f.writes:      # read-only copies of one region share a buffer
+                key = np.stack([tile, first, lengths], 1)[need]
+                _, keep = np.unique(key, axis=0, return_index=True)
+                share = np.zeros(need.size, bool)
+                share[np.flatnonzero(need)[keep]] = True
+                need = share
+            buffers += np.bincount(tile[need], weights=lengths[need] * f.tensor.nbytes,
+                                   minlength=T).astype(np.int64)
+            moved = need[slot]
+            for wanted, out in ((f.reads, pre), (f.writes, post)):
+                if wanted and moved.any():
+                    src, dst = where[moved], tile[slot[moved]]
+                    if out is post:
+                        src, dst = dst, src
+                    out[0].append(src), out[1].append(dst)
+                    out[2].append(np.full(src.size, f.tensor.nbytes))
+                    out[3].append(ids[moved] * 8)
+    phases = {}
+    ex_pre = _exchange(target, pre, T)
+    tiles_all = np.concatenate(tiles_all) if tiles_all else np.zeros(0, np.int64)
+    busy, _ = compute_cost(target, tiles_all, np.concatenate(est_all) if est_all else tiles_all,
+                           np.concatenate(multi_all) if multi_all else tiles_all.astype(bool))
+    compute = busy + ex_pre["on_tile_copy"]
+    phases["exchange"] = int(ex_pre["exchange"].max(initial=0))
+    phases["inter_ipu_exchange"] = int(ex_pre["inter_ipu_exchange"].max(initial=0))
+    phases["compute"] = int(compute.max(initial=0))
+    crosses = (lambda ex: far_sync if ex["inter_ipu_exchange"].any() else sync)
+    cycles = crosses(ex_pre) + sum(phases.values())
+    active = (ex_pre["exchange"] > 0) | (ex_pre["inter_ipu_exchange"] > 0) | (compute > 0)
+    if post[0]:
+        ex_post = _exchange(target, post, T)
+        back = (int(ex_post["exchange"].max(initial=0))
+                + int(ex_post["inter_ipu_exchange"].max(initial=0))
+                + int(ex_post["on_tile_copy"].max(initial=0)))
+        cycles += crosses(ex_post) + back
+        phases["post"] = crosses(ex_post) + back
+        active |= (ex_post["exchange"] > 0) | (ex_post["on_tile_copy"] > 0)
+    return Priced(int(cycles), buffers, state, code, active, phases)
+
+
+def _exchange(target, moves, T: int) -> dict:
+    """machine.cost.exchange_cost of element moves (src, dst, bytes, address)."""
+    if not moves[0]:
+        zero = np.zeros(T, np.int64)
+        return {"exchange": zero, "inter_ipu_exchange": zero, "on_tile_copy": zero}
+    src, dst, nbytes, start = (np.concatenate(x).astype(np.int64) for x in moves)
+    return exchange_cost(target, src, dst, nbytes, start)
