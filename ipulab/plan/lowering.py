@@ -126,6 +126,7 @@ def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     size = {"scalar": cost.scalar_field_bytes, "vector": cost.vector_field_bytes,
             "vector_list": cost.vector_field_bytes}
     tiles_all, est_all, multi_all = [], [], []
+    shared: set = set()           # (tile, first address, length) of read-only buffers
     for g in cs:
         n = g.tiles.size
         if not n:
@@ -143,11 +144,11 @@ def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
                 state += np.bincount(tile, minlength=T) * cost.vector_list_entry_bytes
             need = ~in_place & (lengths > 0)
             if f.reads and not f.writes:      # read-only copies of one region share a buffer
-                key = np.stack([tile, first, lengths], 1)[need]
-                _, keep = np.unique(key, axis=0, return_index=True)
-                share = np.zeros(need.size, bool)
-                share[np.flatnonzero(need)[keep]] = True
-                need = share
+                for s_ in np.flatnonzero(need):
+                    key = (int(tile[s_]), int(first[s_]), int(lengths[s_]))
+                    if key in shared:
+                        need[s_] = False
+                    shared.add(key)
             buffers += np.bincount(tile[need], weights=lengths[need] * f.tensor.nbytes,
                                    minlength=T).astype(np.int64)
             moved = need[slot]

@@ -499,40 +499,67 @@ def ipu_constant_field(ipu, tiles, sizes) -> Field:
     return Field.regions(c, ends - sizes, ends)
 
 
-def reduce_all(ipu, name: str, t: Placed) -> Placed:
-    """popops.reduce of a vector to one element, as its inner cut does it: each tile's
-    elements in a few units (more when it holds many), a partial each, up to a vertex per
-    worker; then one vertex on the output's tile adds the partials (none when one tile made
-    the only partial)."""
+def reduce_inner(ipu, name: str, t: Placed, square: bool = False) -> Placed:
+    """popops.reduce of t [P, R] over its rows (add, or square_add), as its inner cut does
+    it: each tile's elements of a row in a unit (split in a few when it holds many), a float
+    partial each, the units of a tile dealt to up to a vertex per worker; then the output
+    [P], mapped linearly a vector a tile, each element adding its row's partials (none when
+    each row's only partial is on one tile)."""
     mc = ipu.mc
     T = mc.graph.num_tiles
-    flat = t.flatten()
-    counts = np.bincount(flat.where, minlength=T)
-    used = np.flatnonzero(counts)
-    n = counts[used]
-    share = np.maximum(32, -(-n // mc.W))
-    units = np.maximum(1, np.minimum(-(-n // share), np.sqrt(n / used.size).astype(np.int64)))
+    P, R = t.shape
+    where = t.where.reshape(P, R)
+    counts = np.zeros((T, P), np.int64)
+    np.add.at(counts, (where, np.broadcast_to(np.arange(P)[:, None], (P, R))), 1)
+    tiles_of_p = (counts > 0).sum(axis=0)
+    share = np.maximum(32, -(-counts.sum(axis=1) // mc.W))[:, None]
+    k = np.where(counts > 0, np.maximum(1, np.minimum(
+        -(-counts // share), np.sqrt(counts / np.maximum(tiles_of_p, 1)).astype(np.int64))), 0)
+    units = k.sum(axis=1)                                  # per tile
+    used = np.flatnonzero(units)
     width = 2 if t.dtype in (FLOAT, HALF) else 1
+    cost = 2 if square else 1
     acc = FLOAT if width == 2 else t.dtype
     parts = np.zeros(T, np.int64)
-    parts[used] = np.minimum(units, mc.W)
-    reads, vt = _pieces_field(flat, parts)
-    vertices = parts[used]
-    per_unit = np.repeat(-(-n // units), vertices)
-    est = 10 + np.repeat(-(-units // vertices), vertices) * (4 + -(-per_unit // width))
-    part = mc.addr.new((int(units.sum()),), np.repeat(used, units), acc)
-    fields = [reads, Field.regions(part, *_slices(units, vertices), reads=False, writes=True)]
-    single = units.sum() == 1
-    ipu.execute(name if single else f"{name}/partials",
-                [Group(f"ReduceAdd{acc.name}", vt, est, fields)])
+    parts[used] = np.minimum(units[used], mc.W)
+    reads, vt = _pieces_field(t.flatten(), parts)
+    per_unit = -(-counts.sum(axis=1) // np.maximum(units, 1))
+    est = 10 + (-(-units // np.maximum(parts, 1)) * (4 + -(-per_unit * cost // width)))[vt]
+    part = mc.addr.new((int(units.sum()),), np.repeat(np.arange(T), units), acc)
+    fields = [reads, Field.regions(part, *_slices(units[used], parts[used]), reads=False,
+                                   writes=True)]
+    single = bool((k.sum(axis=0) <= 1).all())
+    kind = f"ReduceAdd{'Square' * square}{acc.name}"
+    ipu.execute(name if single else f"{name}/partials", [Group(kind, vt, est, fields)])
     if single:
-        return part
-    out = mc.addr.new((1,), np.zeros(1, np.int64), t.dtype)
-    est = np.array([10 + 4 + -(-int(units.sum()) // width)])
-    ipu.execute(f"{name}/final", [Group(f"ReduceAdd{acc.name}", np.zeros(1, np.int64), est, [
-        Field.regions(part, [0], [part.elements], kind="vector_list"),
-        Field.regions(out, [0], [1], reads=False, writes=True)])])
+        return mc.addr.new((P,), np.argmax(counts, axis=0), t.dtype)
+    ipu.transient(part)
+    out = mc.addr.linear((P,), t.dtype, T, grain_of(t.dtype), grain_of(t.dtype))
+    fin = pieces(out.where, mc.W)
+    per_p = k.sum(axis=0)
+    src = np.concatenate([[0], np.cumsum(per_p)])
+    est = 10 + (src[fin.ends] - src[fin.begins]) // width + 4 * (fin.ends - fin.begins)
+    p_of, tile_of = np.nonzero(k.T > 0)                  # (row, tile) pairs, by row
+    gathered = Placed(np.repeat(tile_of, k[tile_of, p_of]), part.ids[_unit_positions(k)], acc)
+    ipu.execute(f"{name}/final", [Group(f"ReduceAdd{acc.name}", fin.tile, est, [
+        Field.regions(gathered, src[fin.begins], src[fin.ends], kind="vector_list"),
+        Field.regions(out, fin.begins, fin.ends, reads=False, writes=True)])])
     return out
+
+
+def _unit_positions(k: np.ndarray) -> np.ndarray:
+    """For every unit in output order (p, then tile): its position in the partials (stored
+    tile after tile, each tile's units in order of p)."""
+    T, P = k.shape
+    start = (np.cumsum(k.ravel()) - k.ravel()).reshape(T, P)   # first unit of (tile, p)
+    tile_p = np.nonzero(k.T > 0)                                # (p, tile) pairs, by p
+    first = start[tile_p[1], tile_p[0]]
+    return ragged(first, k[tile_p[1], tile_p[0]])
+
+
+def reduce_all(ipu, name: str, t: Placed) -> Placed:
+    """popops.reduce of a tensor to one element (reduce_inner of one row)."""
+    return reduce_inner(ipu, name, t.reshape((1, t.elements)))
 
 
 def _pieces_field(flat: Placed, parts: np.ndarray) -> tuple[Field, np.ndarray]:

@@ -30,7 +30,10 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from math import ceil
 
+import numpy as np
+
 from .optim import optimizer_cost
+from ..machine.cost import exchange_cost
 from ..poplar import INT
 from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined, placed_layout
 
@@ -51,6 +54,7 @@ class Pass:
     pipelined: bool
     first_weighted: int
     batch: int = 0
+    recompute: bool = False
     inputs: dict = field(default_factory=dict)
     saved: dict = field(default_factory=dict)
 
@@ -76,11 +80,12 @@ class StepWalk:
         self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
         self.mc = Machine(target, mapping)
         self.layers = list(spec.blocks)
-        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum)
+        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum, mapping.precision == "fp16")
         self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)
         self.placed = bool(spec.dims.get("placed"))    # priced element by element
+        self.ring_local = 0      # the ring's copies on a replica's own tiles (placed models)
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -169,7 +174,7 @@ class StepWalk:
     def run(self, mb: int, train: bool) -> Pass:
         m = self.m
         return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
-                    self.first_weighted, self.batch)
+                    self.first_weighted, self.batch, m.recompute)
 
     def batch_input(self):
         """A placed model's batch: [B, ...] (token ids INT) mapped linearly on the first
@@ -298,6 +303,9 @@ class StepWalk:
         m, mc = self.m, self.mc
         for phase in self.phases():
             mine = [i for i in phase if i in blocks]
+            if self.placed and not m.rts:
+                self.update_placed(ipu, mine)
+                continue
             weights, grads = self.weights(mine), self.gradients(mine)
             if not weights.elements:
                 continue
@@ -320,6 +328,50 @@ class StepWalk:
         ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
                       "optimizer_state" if off_chip else "gradients")
 
+    def update_placed(self, ipu, mine) -> None:
+        """A placed model's update of these layers, as nn builds it on the flat weights and
+        gradients (state_dict order): the fp16 copies, a pipeline's accumulators zeroed, the
+        replicas' all-reduce (its result mapped like the gradients; the combining map over
+        the ring's buffers, each of the r − 1 steps), the optimizer's maps (optim.py)."""
+        from . import ops
+        from .placed import concat
+        from ..popops import expr as E
+        m, mc = self.m, self.mc
+        keys = [(i, name, shape) for i in mine for name, shape in self.layers[i].weights_of()]
+        if not keys:
+            return
+        weights = concat([self.layers[i].master(ipu, name, shape).flatten()
+                          for i, name, shape in keys])
+        grads = concat([mc.once(("grad", i, name), lambda: None).flatten()
+                        for i, name, _ in keys])
+        if mc.E == 2:
+            ops.map_op(ipu, "weights/to_half", E.cast(E._1, mc.dtype), [weights])
+        if m.pipeline > 1:
+            ops.map_op(ipu, "grad_sum/zero", E.const(0), [grads], in_place=True)
+        if m.replicas > 1:
+            grads = mc.addr.like(grads)
+            n, r = grads.elements, m.replicas
+            size = -(-n // r)
+            tiles = grads.where[np.minimum(np.arange(size) * r, n - 1)]
+            recv, mine_ = (mc.addr.new((size,), tiles, grads.dtype) for _ in range(2))
+            for t in (grads, recv, mine_):
+                ipu.transient(t, "gradients")
+            ops.map_op(ipu, "all_reduce/combine", E._1 + E._2, [recv, mine_], in_place=True)
+            ipu.repeat_last(r - 1)
+            ipu.control(2 * (r - 1) * grads.tiles)
+            # each of the ring's r − 1 reduce-scatter steps copies a chunk into `mine` on the
+            # replica's own tiles (the first all-gather step its result into the output)
+            own = slice(min(size, n - 1), min(2 * size, n))
+            moves = exchange_cost(mc.graph, grads.where[own], mine_.where[:own.stop - own.start],
+                                  np.full(own.stop - own.start, grads.nbytes),
+                                  grads.ids[own] * 8)
+            self.ring_local = max(self.ring_local, r * int(
+                moves["exchange"].max(initial=0) + moves["on_tile_copy"].max(initial=0)))
+        sizes = [int(np.prod(shape)) for _, _, shape in keys]
+        self.opt.update_placed(ipu, weights, grads, sizes)
+        if self.dropout:
+            ops.map_op(ipu, "dropout/next_seed", E._1 + 1, [ipu.seed()[:1]], in_place=True)
+
     # --- the step ---------------------------------------------------------------------------
     def cycles(self) -> tuple[dict, list]:
         """Cycles of the step by part (host, forward with the loss, backward, pipeline hops,
@@ -335,7 +387,7 @@ class StepWalk:
         parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
                  "backward": self.slots(steps("backward")[::-1]),
                  "pipeline": 2 * self.slots(hops),
-                 "replicas": sum(self.ring(k) for k in phases),
+                 "replicas": sum(self.ring(k) for k in phases) + self.ring_local,
                  "update": max(sum(c for _, c in st.update) for st in stages),
                  "streaming": self.streaming(params, phases)}
         return parts, stages

@@ -200,6 +200,7 @@ class Ipu:
         self.placed = False
         self.code_tiles: dict[str, np.ndarray] = {}
         self.shared_placed: dict = {}
+        self._capture: list | None = None
 
     # --- the three accounts --------------------------------------------------------------
     def superstep(self, name: str, cycles: int) -> None:
@@ -291,9 +292,29 @@ class Ipu:
             self.at_peak[kind] = self.at_peak.get(kind, 0) + extra
 
     # --- placed tensors: compute sets and constants -----------------------------------------
+    def side_by_side(self, name: str, programs) -> None:
+        """poplar.parallel: programs (callables adding compute sets) run side by side, the
+        k-th compute set of each merged into one ('<name>/<k>')."""
+        captured = []
+        for build in programs:
+            self._capture = []
+            build()
+            captured.append(self._capture)
+        self._capture = None
+        for k in range(max((len(c) for c in captured), default=0)):
+            self.execute(f"{name}/{k}", [g for c in captured if k < len(c) for g in c[k]])
+
+    def repeat_last(self, times: int) -> None:
+        """The last superstep runs `times` times in all (a compute set in a loop)."""
+        if self.clock and times > 1:
+            self.clock.extend([self.clock[-1]] * (times - 1))
+
     def execute(self, name: str, groups: list[Group]) -> None:
         """A compute set of placed tensors (lowering.price): its superstep, exchange
         buffers, vertex state, code and control code on this IPU's tiles."""
+        if self._capture is not None:
+            self._capture.append(groups)
+            return
         mc = self.mc
         p = price(mc.graph, groups, mc.sync, mc.far_sync)
         self.superstep(name, p.cycles)

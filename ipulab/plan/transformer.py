@@ -61,12 +61,17 @@ class Tokens(Layer):
     def nn_name(self) -> str:
         return type(self).__name__
 
-    def weight(self, ipu, name: str, shape: tuple):
-        """A weight as the step reads it: FLOAT, mapped linearly where its layer lives (its
-        HALF copy in fp16: the cast maps it alike)."""
+    def master(self, ipu, name: str, shape: tuple):
+        """A weight's FLOAT master, mapped linearly where its layer lives."""
         mc = ipu.mc
-        w = mc.once(("weight", self.index, name),
-                      lambda: mc.addr.linear(shape, FLOAT, mc.graph.num_tiles))
+        return mc.once(("weight", self.index, name),
+                       lambda: mc.addr.linear(shape, FLOAT, mc.graph.num_tiles))
+
+    def weight(self, ipu, name: str, shape: tuple):
+        """A weight as the step reads it: the master, or its HALF copy in fp16 (the cast
+        maps it alike)."""
+        mc = ipu.mc
+        w = self.master(ipu, name, shape)
         if mc.dtype is FLOAT:
             return w
         return mc.once(("half", self.index, name), lambda: mc.addr.like(w, mc.dtype))
@@ -122,7 +127,11 @@ class Tokens(Layer):
         return dx
 
     def need_dx(self, run) -> bool:
-        return self.index > run.first_weighted or getattr(run, "stage_input", False)
+        return self.index > run.first_weighted
+
+    def weights_of(self) -> list:
+        """(name, shape) of its weights in state_dict order (the names its ops read them by)."""
+        return []
 
 
 def _gelu(grad: bool, dtype):
@@ -155,6 +164,9 @@ class Embedding(Tokens):
            name: str = "tokens"):
         return cls(name, vocab * dim, vocab * dim, 0.0, positions, positions * dim, 0, index,
                    (vocab * dim,), work, vocab=vocab, dim=dim, positions=positions)
+
+    def weights_of(self) -> list:
+        return [("weight", (self.vocab, self.dim))]
 
     def forward(self, ipu, run, x):
         ids = x.flatten()
@@ -191,9 +203,14 @@ class PositionalEmbedding(Tokens):
         return cls(name, max_len * dim, max_len * dim, 0.0, n, 2 * n, 0, index,
                    (max_len * dim,), work, max_len=max_len, dim=dim, positions=positions)
 
+    def weights_of(self) -> list:
+        return [("weight", (self.max_len, self.dim))]
+
     def forward(self, ipu, run, x):
         w = self.weight(ipu, "weight", (self.max_len, self.dim))
         y = ops.map_op(ipu, self.op_name("add"), ADD, [x, w[:x.shape[1]]])
+        if not run.recompute:           # its backward does not read its input
+            ipu.free(("act", run.micro_batch, self.index - 1))
         return self.output(ipu, run, y)
 
     def backward(self, ipu, run, dy):
@@ -231,7 +248,9 @@ class NormPart:
         stats = (layer.saved(run, self.scope + "mean"), layer.saved(run, self.scope + "inv_std"))
         dx, sums = ops.layer_norm_grad(ipu, layer.op_name(self.scope + "layer_norm_grad"), x, dy,
                                        *stats, g, need_dx)
-        layer.gradient_made(ipu, run, self.scope + "weight", sums)
+        sums = sums.reshape((2 * self.dim,))
+        layer.gradient_made(ipu, run, self.scope + "weight", sums[:self.dim])
+        layer.gradient_made(ipu, run, self.scope + "bias", sums[self.dim:])
         layer.release(ipu, run, self.scope + "mean", self.scope + "inv_std")
         return dx
 
@@ -247,6 +266,9 @@ class LayerNorm(Tokens):
     def of(cls, dim: int, rows: int = 1, index: int = 0, work: int = 0, name: str = "norm"):
         return cls(name, 2 * dim, dim, 0.0, rows * dim, rows * dim, 0, index, (dim, dim),
                    work, dim=dim, rows=rows)
+
+    def weights_of(self) -> list:
+        return [("weight", (self.dim,)), ("bias", (self.dim,))]
 
     def forward(self, ipu, run, x):
         return self.output(ipu, run, NormPart("", self.dim).forward(self, ipu, run, x))
@@ -314,7 +336,9 @@ class LinearPart:
             layer.save(ipu, run, self.scope + "dy", dy2)
         dw = ops.mat_mul(ipu, layer.op_name(self.scope + "weight_grad"), dy2.dim_shuffle((1, 0)),
                          x2)
-        layer.gradient_made(ipu, run, self.scope + "weight", dw)
+        layer.gradient_made(ipu, run, self.scope + "weight", dw[:, :self.fin])
+        if self.bias:
+            layer.gradient_made(ipu, run, self.scope + "bias", dw[:, self.fin])
         dx = None
         if need_dx:
             w = layer.weight(ipu, self.scope + "weight", (self.fout, self.fin))
@@ -346,6 +370,10 @@ class TokenLinear(Tokens):
     def part(self) -> LinearPart:
         fin, fout, bias, relu = self.features
         return LinearPart("", fin, fout, bias, relu)
+
+    def weights_of(self) -> list:
+        fin, fout, bias, _ = self.features
+        return [("weight", (fout, fin))] + [("bias", (fout,))] * bias
 
     def with_relu(self) -> "TokenLinear":
         """This Linear with the ReLU after it folded in (as nn folds it)."""
@@ -555,6 +583,9 @@ class MultiheadAttention(Tokens):
     def part(self) -> AttentionPart:
         return AttentionPart("", self.dim, self.heads, self.causal, self.dropout)
 
+    def weights_of(self) -> list:
+        return _attention_weights("", self.dim)
+
     @property
     def train_only(self) -> bool:
         return self.dropout > 0
@@ -564,6 +595,11 @@ class MultiheadAttention(Tokens):
 
     def backward(self, ipu, run, dy):
         return self.passed(ipu, run, self.part.backward(self, ipu, run, dy, self.need_dx(run)))
+
+
+def _attention_weights(scope: str, d: int) -> list:
+    return [(f"{scope}in_proj/weight", (3 * d, d)), (f"{scope}in_proj/bias", (3 * d,)),
+            (f"{scope}out_proj/weight", (d, d)), (f"{scope}out_proj/bias", (d,))]
 
 
 def _attention_counts(d: int, heads: int, s: int) -> tuple:
@@ -618,6 +654,13 @@ class EncoderLayer(Tokens):
     @property
     def train_only(self) -> bool:
         return self.dropout > 0
+
+    def weights_of(self) -> list:
+        d, f = self.dim, self.ffn
+        return _attention_weights("self_attn/", d) + [
+            ("linear1/weight", (f, d)), ("linear1/bias", (f,)), ("linear2/weight", (d, f)),
+            ("linear2/bias", (d,)), ("norm1/weight", (d,)), ("norm1/bias", (d,)),
+            ("norm2/weight", (d,)), ("norm2/bias", (d,))]
 
     @property
     def attention(self) -> AttentionPart:
@@ -702,6 +745,7 @@ class EncoderLayer(Tokens):
             da = ops.map_op(ipu, self.op_name("activation/gelu_grad"), _gelu(True, h1.dtype),
                             [h1, da])
             self.save(ipu, run, "dh", da)
+            self.release(ipu, run, "da", "h1")
         dx = self.linear1.backward(self, ipu, run, da, self.saved(run, "h1")
                                    if self.activation == "relu" else None, True)
         self.release(ipu, run, "h1", "da", "dh")
@@ -718,7 +762,7 @@ class EncoderLayer(Tokens):
             dn2 = self._ff_grad(ipu, run, dy, None)
             self.save(ipu, run, "dn2", dn2)
             dx2n = NormPart("norm2/", d).backward(self, ipu, run, x2, dn2, True)
-            self.release(ipu, run, "dn2", "n2")
+            self.release(ipu, run, "dn2", "n2", "x2")
             dx2 = self._add(ipu, run, dy, dx2n, "residual2_grad")
             self.save(ipu, run, "dx2", dx2)
             ipu.free(("grad", run.micro_batch, self.index))
