@@ -91,10 +91,11 @@ class Optimizer:
                     ipu.map(f"{self.name}/{name}", layout, 3, 2, nbytes=4, codelet="norm")
 
     # --- placed tensors (a transformer's small scale) -----------------------------------------
-    def update_placed(self, ipu, weights, grads, sizes) -> None:
+    def update_placed(self, ipu, weights, grads, sizes, partial: bool = False) -> None:
         """Its maps as nn builds them over the flat weights (FLOAT) and gradients (placed
         tensors), state tensors mapped like the weights, the step count on the first
-        weight's tile; LAMB's norms one reduction per tensor."""
+        weight's tile; LAMB's norms one reduction per tensor (partial: a shard's, RTS: the
+        sums all-reduced over the replicas)."""
         from . import ops
         mc = ipu.mc
         t = {"w": weights, "g": grads}
@@ -117,9 +118,9 @@ class Optimizer:
                 ipu.side_by_side(f"{self.name}/{GROUPS.get(group[0].name, group[0].name)}",
                                  [side(s) for s in group])
             if self.norms and group[0].name == "u":
-                self._norms(ipu, t, sizes)
+                self._norms(ipu, t, sizes, partial)
 
-    def _norms(self, ipu, t, sizes) -> None:
+    def _norms(self, ipu, t, sizes, partial: bool) -> None:
         """LAMB: per tensor the sums of squares of w and u (side by side), the trust ratios,
         the update of each tensor (side by side)."""
         from . import ops
@@ -133,12 +134,37 @@ class Optimizer:
                                                    u[o:o + n].reshape((1, n))]), square=True)))
             for o, n in zip(offsets, sizes)])
         both = concat([x.reshape((1, 2)) for x in sums])
+        if partial:
+            both = _all_reduce(ipu, f"{self.name}/norms/all_reduce", both)
         scale = ops.map_op(ipu, f"{self.name}/trust_ratio", TRUST_RATIO, [both[:, 0], both[:, 1]])
         ipu.side_by_side(f"{self.name}/update", [
             (lambda o=o, n=n, k=k: ops.map_op(ipu, f"{self.name}/update/{k}", E._1 - E._3 * E._2,
                                               [w[o:o + n], u[o:o + n], scale[k:k + 1]],
                                               in_place=True))
             for k, (o, n) in enumerate(zip(offsets, sizes))])
+
+
+def _all_reduce(ipu, name: str, t):
+    """gcl.all_reduce of a small tensor over the replicas: a ring of 2(r − 1) cross-replica
+    copies (a sync, the chunk over the IPU-Links, its copy on the tiles) and r − 1 combining
+    maps; the result mapped like t."""
+    from . import ops
+    mc = ipu.mc
+    r = mc.m.replicas
+    size = -(-t.elements // r)
+    flat = t.flatten()
+    recv = mc.addr.new((size,), flat.where[np.minimum(np.arange(size) * r, t.elements - 1)],
+                       t.dtype)
+    mine = mc.addr.like(recv)
+    cost = mc.cost
+    copy = mc.far_sync + mc.target.link_cycles(size * t.nbytes, 0, 1) + \
+        cost.exchange_setup_cycles + -(-size * t.nbytes // mc.target.exchange_bytes_per_cycle)
+    for s in range(r - 1):
+        ipu.superstep(f"{name}/reduce_scatter{s}", copy)
+        ops.map_op(ipu, f"{name}/combine", E._1 + E._2, [recv, mine], in_place=True)
+    for s in range(r - 1):
+        ipu.superstep(f"{name}/all_gather{s}", copy)
+    return mc.addr.like(t)
 
 
 TRUST_RATIO = E.select(E.sqrt(E._1) / E.sqrt(E.select(E._2, 1.0, E._2 > 0)), 1.0,

@@ -33,7 +33,7 @@ from math import ceil
 import numpy as np
 
 from .optim import optimizer_cost
-from ..machine.cost import exchange_cost
+from .update import update_placed
 from ..poplar import INT
 from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined, placed_layout
 
@@ -85,7 +85,7 @@ class StepWalk:
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)
         self.placed = bool(spec.dims.get("placed"))    # priced element by element
-        self.ring_local = 0      # the ring's copies on a replica's own tiles (placed models)
+        self.ring_placed = 0     # cycles of the replicas' collectives (placed models)
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -303,8 +303,8 @@ class StepWalk:
         m, mc = self.m, self.mc
         for phase in self.phases():
             mine = [i for i in phase if i in blocks]
-            if self.placed and not m.rts:
-                self.update_placed(ipu, mine)
+            if self.placed:
+                self.ring_placed += update_placed(self, ipu, mine)
                 continue
             weights, grads = self.weights(mine), self.gradients(mine)
             if not weights.elements:
@@ -328,50 +328,6 @@ class StepWalk:
         ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
                       "optimizer_state" if off_chip else "gradients")
 
-    def update_placed(self, ipu, mine) -> None:
-        """A placed model's update of these layers, as nn builds it on the flat weights and
-        gradients (state_dict order): the fp16 copies, a pipeline's accumulators zeroed, the
-        replicas' all-reduce (its result mapped like the gradients; the combining map over
-        the ring's buffers, each of the r − 1 steps), the optimizer's maps (optim.py)."""
-        from . import ops
-        from .placed import concat
-        from ..popops import expr as E
-        m, mc = self.m, self.mc
-        keys = [(i, name, shape) for i in mine for name, shape in self.layers[i].weights_of()]
-        if not keys:
-            return
-        weights = concat([self.layers[i].master(ipu, name, shape).flatten()
-                          for i, name, shape in keys])
-        grads = concat([mc.once(("grad", i, name), lambda: None).flatten()
-                        for i, name, _ in keys])
-        if mc.E == 2:
-            ops.map_op(ipu, "weights/to_half", E.cast(E._1, mc.dtype), [weights])
-        if m.pipeline > 1:
-            ops.map_op(ipu, "grad_sum/zero", E.const(0), [grads], in_place=True)
-        if m.replicas > 1:
-            grads = mc.addr.like(grads)
-            n, r = grads.elements, m.replicas
-            size = -(-n // r)
-            tiles = grads.where[np.minimum(np.arange(size) * r, n - 1)]
-            recv, mine_ = (mc.addr.new((size,), tiles, grads.dtype) for _ in range(2))
-            for t in (grads, recv, mine_):
-                ipu.transient(t, "gradients")
-            ops.map_op(ipu, "all_reduce/combine", E._1 + E._2, [recv, mine_], in_place=True)
-            ipu.repeat_last(r - 1)
-            ipu.control(2 * (r - 1) * grads.tiles)
-            # each of the ring's r − 1 reduce-scatter steps copies a chunk into `mine` on the
-            # replica's own tiles (the first all-gather step its result into the output)
-            own = slice(min(size, n - 1), min(2 * size, n))
-            moves = exchange_cost(mc.graph, grads.where[own], mine_.where[:own.stop - own.start],
-                                  np.full(own.stop - own.start, grads.nbytes),
-                                  grads.ids[own] * 8)
-            self.ring_local = max(self.ring_local, r * int(
-                moves["exchange"].max(initial=0) + moves["on_tile_copy"].max(initial=0)))
-        sizes = [int(np.prod(shape)) for _, _, shape in keys]
-        self.opt.update_placed(ipu, weights, grads, sizes)
-        if self.dropout:
-            ops.map_op(ipu, "dropout/next_seed", E._1 + 1, [ipu.seed()[:1]], in_place=True)
-
     # --- the step ---------------------------------------------------------------------------
     def cycles(self) -> tuple[dict, list]:
         """Cycles of the step by part (host, forward with the loss, backward, pipeline hops,
@@ -387,7 +343,8 @@ class StepWalk:
         parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
                  "backward": self.slots(steps("backward")[::-1]),
                  "pipeline": 2 * self.slots(hops),
-                 "replicas": sum(self.ring(k) for k in phases) + self.ring_local,
+                 "replicas": self.ring_placed if self.placed else
+                 sum(self.ring(k) for k in phases),
                  "update": max(sum(c for _, c in st.update) for st in stages),
                  "streaming": self.streaming(params, phases)}
         return parts, stages
@@ -419,11 +376,17 @@ class StepWalk:
         r, span = m.replicas, m.t * m.pipeline
         if r == 1 or not elements:
             return 0
-        chunk = ceil(elements / r) * mc.E
-        hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
-                  for j in range(r) for k in range(span))
         gathers = 2 if m.rts and m.phased else 1
-        return (1 + gathers) * (r - 1) * (mc.far_sync + hop)
+        return (1 + gathers) * (r - 1) * (mc.far_sync + self.hop_cycles(ceil(elements / r) *
+                                                                          mc.E))
+
+    def hop_cycles(self, nbytes: int) -> int:
+        """A chunk of nbytes from every replica to the next over the IPU-Links (the slowest
+        pair of the ring)."""
+        m = self.m
+        r, span = m.replicas, m.t * m.pipeline
+        return max(self.target.link_cycles(nbytes, j * span + k, (j + 1) % r * span + k)
+                   for j in range(r) for k in range(span))
 
     def streaming(self, params: int, phases: list) -> int:
         """Remote-buffer copies (one superstep each; the machine's IPUs share its

@@ -700,6 +700,7 @@ class EncoderLayer(Tokens):
         a2 = self._drop("dropout").forward(self, ipu, run, a)
         if a2 is not a:
             self.save(ipu, run, "act2", a2)
+            self.release(ipu, run, "act")     # GELU's output: read by the dropout only
         f = self.linear2.forward(self, ipu, run, a2)
         self.save(ipu, run, "ff", f)
         z = self._drop("dropout2").forward(self, ipu, run, f)
