@@ -5,9 +5,11 @@
                 --mapping "p=4,layers=3/7/7/7,r=4,state=off-chip" --json
     ipulab plan --model gpt3-175b --system pod256 --mapping "t=8x8,r=4,rts,phases=96"
 
-The cli (top floor) hands in what this floor cannot make: extra models (the course CNN, built
-with nn) and the report's figures (viz). Exit 0 with a table or JSON; 2 with one line on stderr
-for input that cannot be (PlanError: t·p·r, powers of two, GA, phases, model dimensions).
+The course's models that nn builds are here too (read by spec_from_model on first use: `ipulab`
+starts without nn): cnn, and gpt (alias small-gpt) for nn.small_gpt(). The cli (top floor)
+hands in what this floor cannot make: the report's figures (viz). Exit 0 with a table or JSON;
+2 with one line on stderr for input that cannot be (PlanError: t·p·r, powers of two, GA,
+phases, model dimensions).
 """
 from __future__ import annotations
 
@@ -21,10 +23,21 @@ from .mapping import parse_mapping
 from .optim import OPTIMIZERS
 from .runs import describe_run
 from .search import search
-from .spec import load_model
+from .spec import load_model, spec_from_model
 from .transformer import PRESETS
 
-MODELS = tuple(PRESETS) + ("cnn",)
+def _cnn():
+    from .. import nn
+    return spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
+
+
+def _gpt():
+    from .. import nn
+    return spec_from_model(nn.small_gpt(), (32,), "gpt", global_batch=256)
+
+
+NN_MODELS = {"cnn": _cnn, "gpt": _gpt, "small-gpt": _gpt}
+MODELS = tuple(PRESETS) + tuple(NN_MODELS)
 
 
 def add_parser(subparsers):
@@ -34,8 +47,8 @@ def add_parser(subparsers):
         description="Estimate a mapping of a model onto an IPU system, or (without --mapping) "
         "search every mapping: t·p·r = the system's IPUs, powers of two. Feasible mappings "
         "first, fastest first; the others with the reason they do not fit. A model the "
-        "simulator runs (cnn) is priced by its cycle model, checked against it; a transformer "
-        "at full scale, its assumptions named.")
+        "simulator runs (cnn, gpt) is priced by its cycle model, checked against it; a "
+        "transformer preset at full scale, its assumptions named.")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help=f"{', '.join(MODELS)}, or a JSON file of transformer dimensions")
     p.add_argument("--system", default="pod16", metavar="SYSTEM",
@@ -62,7 +75,7 @@ def add_parser(subparsers):
 
 def plan(args, models: dict | None = None) -> tuple[dict, list]:
     """The JSON document of a `plan` run and its estimates (PlanError on bad input)."""
-    spec = load_model(args.model, models)
+    spec = load_model(args.model, {**NN_MODELS, **(models or {})})
     system = system_of(args.system)
     optimizer = args.optimizer or ("lamb" if spec.kind == "transformer" else "sgd")
     options = dict(optimizer=optimizer, precision=args.precision)

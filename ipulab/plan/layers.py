@@ -23,12 +23,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 from dataclasses import dataclass
 from math import ceil
 from typing import ClassVar
 
 from ..errors import PlanError
+
+
+class later:
+    """A module imported on first use: the full scale never needs the libraries (numba), and
+    `ipulab` starts without them. later("..popops.expr").cast(...) imports, then calls."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name, __package__), attr)
 
 
 @dataclass(frozen=True)

@@ -20,23 +20,26 @@ module decides what the compiler decides:
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..machine.cost import compute_cost, exchange_cost
 from ..poplar.vertices import ragged
-from .placed import Placed
+from .placed import VARIABLE_BITS, Placed
+
+MASK = (1 << VARIABLE_BITS) - 1
 
 
 @dataclass
 class Field:
-    """One field of a group of vertices: regions of `tensor`'s flattened elements (index:
-    their positions, concatenated; lengths per region; counts regions per vertex), its kind
-    ("scalar", "vector" or "vector_list") and whether the codelet reads and writes it."""
+    """One field of a group of vertices: regions of `tensor`'s flattened elements (each
+    from begins[i], lengths[i] long; counts regions per vertex), its kind ("scalar",
+    "vector" or "vector_list") and whether the codelet reads and writes it."""
 
     tensor: Placed
-    index: np.ndarray
+    begins: np.ndarray
     lengths: np.ndarray
     counts: np.ndarray
     kind: str = "vector"
@@ -48,14 +51,18 @@ class Field:
         begins, ends = np.asarray(begins, np.int64), np.asarray(ends, np.int64)
         counts = np.ones(begins.size, np.int64) if counts is None else \
             np.asarray(counts, np.int64)
-        return cls(tensor, ragged(begins, ends - begins), ends - begins, counts, **kw)
+        return cls(tensor, begins, ends - begins, counts, **kw)
 
     @classmethod
     def whole(cls, tensor: Placed, n: int, **kw) -> "Field":
         """Every one of n vertices connects the whole tensor."""
-        size = tensor.elements
-        return cls(tensor, np.tile(np.arange(size, dtype=np.int64), n),
-                   np.full(n, size, np.int64), np.ones(n, np.int64), **kw)
+        return cls(tensor, np.zeros(n, np.int64), np.full(n, tensor.elements, np.int64),
+                   np.ones(n, np.int64), **kw)
+
+    @property
+    def index(self) -> np.ndarray:
+        """The positions of its regions' elements, concatenated."""
+        return ragged(self.begins, self.lengths)
 
     def slot_lengths(self) -> tuple[np.ndarray, np.ndarray]:
         """(length of each slot, vertex of each slot): a VectorList's regions each a slot,
@@ -113,9 +120,51 @@ def _slots(group: Group, f: Field, T: int):
     return tile, lengths, where, ids, slot, in_place, first
 
 
+_PRICED: dict = {}        # signature of a compute set -> Priced (a step repeats many)
+CACHE_SIZE = 4096
+
+
+def _signature(target, cs: list[Group], sync: int, far_sync: int) -> bytes:
+    """What decides a compute set's price: its vertices, their estimates and regions, and
+    where each element of the tensors they read is and its address up to the variables'
+    numbering (an encoder layer's second copy, a micro-batch, a recomputation price alike)."""
+    h = hashlib.blake2b(repr((target.chip.name, target.num_ipus, target.tiles_per_ipu,
+                              target.system.name, sync, far_sync)).encode(), digest_size=20)
+    number: dict = {}                   # variable -> its number by first appearance
+    for g in cs:
+        h.update(repr((g.codelet, g.multi, len(g.fields))).encode())
+        h.update(g.tiles.tobytes()), h.update(np.asarray(g.estimates, np.int64).tobytes())
+        for f in g.fields:
+            ids = np.ascontiguousarray(f.tensor.ids).ravel()
+            var = ids >> VARIABLE_BITS
+            runs = var[np.r_[True, var[1:] != var[:-1]]] if var.size else var
+            for v in runs.tolist():
+                number.setdefault(v, len(number))
+            distinct = np.unique(runs)
+            numbers = np.array([number[v] for v in distinct.tolist()], np.int64)
+            where = np.ascontiguousarray(f.tensor.where).ravel()
+            starts = np.flatnonzero(np.r_[True, np.diff(ids) != 1])   # runs of addresses
+            tiles = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])  # and of tiles
+            canon = (numbers[np.searchsorted(distinct, var[starts])] << VARIABLE_BITS) | \
+                (ids[starts] & MASK)
+            h.update(repr((f.kind, f.reads, f.writes, f.tensor.nbytes, ids.size)).encode())
+            for x in (f.begins, f.lengths, f.counts, starts, canon, tiles, where[tiles]):
+                h.update(x.tobytes())
+    return h.digest()
+
+
 def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     """The cycles and memory of a compute set of these groups on `target` (the layer's
     graph): `sync` the cycles of its syncs, `far_sync` when its exchange crosses IPUs."""
+    key = _signature(target, cs, sync, far_sync)
+    if key not in _PRICED:
+        if len(_PRICED) >= CACHE_SIZE:
+            _PRICED.clear()
+        _PRICED[key] = _price(target, cs, sync, far_sync)
+    return _PRICED[key]
+
+
+def _price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     T = target.num_tiles
     buffers = np.zeros(T, np.int64)
     state = np.zeros(T, np.int64)
@@ -158,8 +207,8 @@ def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
                     if out is post:
                         src, dst = dst, src
                     out[0].append(src), out[1].append(dst)
-                    out[2].append(np.full(src.size, f.tensor.nbytes))
-                    out[3].append(ids[moved] * 8)
+                    out[2].append(np.full(src.size, f.tensor.nbytes, np.int64))
+                    out[3].append(ids[moved] * f.tensor.nbytes)
     phases = {}
     ex_pre = _exchange(target, pre, T)
     tiles_all = np.concatenate(tiles_all) if tiles_all else np.zeros(0, np.int64)
@@ -184,9 +233,16 @@ def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
 
 
 def _exchange(target, moves, T: int) -> dict:
-    """machine.cost.exchange_cost of element moves (src, dst, bytes, address)."""
+    """machine.cost.exchange_cost of element moves (src, dst, bytes, address), consecutive
+    elements between the same two tiles joined into runs (as poplar's copy plans join them:
+    a source run counts once however many tiles receive it)."""
     if not moves[0]:
         zero = np.zeros(T, np.int64)
         return {"exchange": zero, "inter_ipu_exchange": zero, "on_tile_copy": zero}
-    src, dst, nbytes, start = (np.concatenate(x).astype(np.int64) for x in moves)
-    return exchange_cost(target, src, dst, nbytes, start)
+    src, dst, nbytes, start = (np.concatenate(x) for x in moves)
+    new = np.ones(src.size, bool)
+    new[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]) | \
+        (start[1:] != start[:-1] + nbytes[:-1]) | (nbytes[1:] != nbytes[:-1])
+    first = np.flatnonzero(new)
+    length = np.diff(np.append(first, src.size))
+    return exchange_cost(target, src[first], dst[first], nbytes[first] * length, start[first])

@@ -236,12 +236,10 @@ def softmax_grad(ipu, name: str, y: Placed, dy: Placed, causal: bool) -> Placed:
 
 # --- poplin ------------------------------------------------------------------------------------
 def _block_rows(starts, rows, row0, stride, col0, width):
-    """Positions of rows row0 .. row0 + rows - 1 (of `width` from col0) of matrices whose
-    rows are `stride` apart from `starts`, item by item (poplin.matmul's regions)."""
+    """Regions (begins, lengths) of rows row0 .. row0 + rows - 1 (of `width` from col0) of
+    matrices whose rows are `stride` apart from `starts`, item by item (poplin.matmul's)."""
     item = np.repeat(np.arange(rows.size), rows)
-    begins = starts[item] + ragged(row0, rows) * stride + col0[item]
-    lengths = width[item]
-    return ragged(begins, lengths), lengths
+    return starts[item] + ragged(row0, rows) * stride + col0[item], width[item]
 
 
 def mat_mul(ipu, name: str, a: Placed, b: Placed, accumulate: bool = False) -> Placed:
@@ -263,8 +261,8 @@ def mat_mul(ipu, name: str, a: Placed, b: Placed, accumulate: bool = False) -> P
     per_tile = g1 - g0
     t = np.repeat(tiles, per_tile)                          # a vertex per tile and group
     gg = g0[t] + ragged(np.zeros(tiles.size, np.int64), per_tile)
-    a_idx, a_len = _block_rows(gg * M * K, dm[t], m0[t], K, k0[t], dk[t])
-    b_idx, b_len = _block_rows(gg * K * N, dk[t], k0[t], N, n0[t], dn[t])
+    a_begins, a_len = _block_rows(gg * M * K, dm[t], m0[t], K, k0[t], dk[t])
+    b_begins, b_len = _block_rows(gg * K * N, dk[t], k0[t], N, n0[t], dn[t])
     out = mc.addr.product(plan, dtype, grouped)
     order = np.argsort(out.ids.ravel(), kind="stable")      # the variable, block by block
     stored = Placed(out.where.ravel()[order], out.ids.ravel()[order], dtype)
@@ -283,7 +281,8 @@ def mat_mul(ipu, name: str, a: Placed, b: Placed, accumulate: bool = False) -> P
     est = _estimates(lambda x, y, z: cls.cycle_estimate(3, x, y, z),
                      dm[t] * dk[t], dk[t] * dn[t], dm[t] * dn[t])
     fields = [Field.regions(dims.flatten(), 3 * t, 3 * t + 3),
-              Field(a3.flatten(), a_idx, a_len, dm[t]), Field(b3.flatten(), b_idx, b_len, dk[t]),
+              Field(a3.flatten(), a_begins, a_len, dm[t]),
+              Field(b3.flatten(), b_begins, b_len, dk[t]),
               Field.regions(dest, c0, c0 + dm[t] * dn[t], reads=False, writes=True)]
     ipu.execute(f"{name}/products", [Group(cls.__name__, t, est, fields, multi=True)])
     if dest is stored:
@@ -400,7 +399,7 @@ def multi_update_add(ipu, name: str, table: Placed, updates: Placed, ids: Placed
     tiles = q * C + k
     n = np.diff(gb)[q]
     upd = ragged(gb[q], n) * d + np.repeat(col[k], n)
-    upd_field = Field(updates.flatten(), ragged(upd, np.repeat(w[k], n)), np.repeat(w[k], n), n)
+    upd_field = Field(updates.flatten(), upd, np.repeat(w[k], n), n)
 
     def table_field(blocks, **kw):
         begins = (np.arange(V, dtype=np.int64)[None, :] * d + col[blocks][:, None]).ravel()
@@ -579,7 +578,10 @@ def _pieces_field(flat: Placed, parts: np.ndarray) -> tuple[Field, np.ndarray]:
     keep_runs = ragged((np.cumsum(counts_all) - counts_all)[order], counts_all[order])
     starts = np.cumsum(lengths_all) - lengths_all
     index_all = index_all[ragged(starts[keep_runs], lengths_all[keep_runs])]
-    return Field(flat, index_all, lengths_all[keep_runs], counts_all[order],
+    ends = np.cumsum(lengths_all[keep_runs])
+    gathered = Placed(flat.where[index_all], flat.ids[index_all], flat.dtype)
+    return Field(gathered, ends - lengths_all[keep_runs], lengths_all[keep_runs],
+                 counts_all[order],
                  kind="vector_list"), tiles[order]
 
 

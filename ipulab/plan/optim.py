@@ -21,14 +21,16 @@ SRAM bandwidth.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..options import OPTIMIZERS
-from ..poplar import FLOAT, HALF
-from ..popops import expr as E
-from ..popops.mapcodelet import map_codelet
+from .layers import later
+
+E, types, mapcodelet = (later(m) for m in ("..popops.expr", "..poplar.types",
+                                            "..popops.mapcodelet"))
 
 STATE_BYTES = 4            # moments and velocities are fp32
 SCALARS = ("t", "size", "root", "c1", "c2")     # one-element tensors of an update
@@ -51,13 +53,20 @@ class Step:
 @dataclass(frozen=True)
 class Optimizer:
     """An optimizer's state per weight, and its update: groups of Steps run side by side
-    (one superstep each); norms: LAMB's per-tensor sums of squares after its `u`."""
+    (one superstep each, made when the small scale asks: the full scale needs only the
+    counts); norms: LAMB's per-tensor sums of squares after its `u`."""
 
     name: str
     state_elements: int
-    groups: tuple
     norms: bool = False
+    momentum: bool = True
+    half: bool = False
+    decay: bool = False
     simulated: bool = True
+
+    @property
+    def groups(self) -> tuple:
+        return _groups(self.name, self.momentum, self.half, self.decay)
 
     def state_bytes(self, weights: int) -> int:
         """Bytes of its state for `weights` weights."""
@@ -76,7 +85,7 @@ class Optimizer:
         gradients come in from where the all-reduce left them."""
         from .tiles import Layout
         E_ = ipu.mc.E
-        grad = HALF if E_ == 2 else FLOAT
+        grad = types.HALF if E_ == 2 else types.FLOAT
         for group in self.groups:
             scalar = all(s.inputs[0] in SCALARS for s in group)
             per = sum(_per_element(s, grad) for s in group
@@ -102,7 +111,7 @@ class Optimizer:
         for name in (("v",) if self.name == "sgd" else ("m", "v2"))[:self.state_elements]:
             t[name] = mc.addr.like(weights)
         if any("t" in s.inputs for g in self.groups for s in g):
-            t["t"] = mc.addr.new((1,), weights.where.ravel()[:1], FLOAT)
+            t["t"] = mc.addr.new((1,), weights.where.ravel()[:1], types.FLOAT)
         for group in self.groups:
             def side(step):
                 def build():
@@ -136,7 +145,7 @@ class Optimizer:
         both = concat([x.reshape((1, 2)) for x in sums])
         if partial:
             both = _all_reduce(ipu, f"{self.name}/norms/all_reduce", both)
-        scale = ops.map_op(ipu, f"{self.name}/trust_ratio", TRUST_RATIO, [both[:, 0], both[:, 1]])
+        scale = ops.map_op(ipu, f"{self.name}/trust_ratio", _trust_ratio(), [both[:, 0], both[:, 1]])
         ipu.side_by_side(f"{self.name}/update", [
             (lambda o=o, n=n, k=k: ops.map_op(ipu, f"{self.name}/update/{k}", E._1 - E._3 * E._2,
                                               [w[o:o + n], u[o:o + n], scale[k:k + 1]],
@@ -167,13 +176,15 @@ def _all_reduce(ipu, name: str, t):
     return mc.addr.like(t)
 
 
-TRUST_RATIO = E.select(E.sqrt(E._1) / E.sqrt(E.select(E._2, 1.0, E._2 > 0)), 1.0,
-                       (E._1 > 0) & (E._2 > 0)) * 1e-3
+def _trust_ratio():
+    """LAMB's lr times ||w|| / ||u|| from the sums of squares (1 where either is 0)."""
+    return E.select(E.sqrt(E._1) / E.sqrt(E.select(E._2, 1.0, E._2 > 0)), 1.0,
+                    (E._1 > 0) & (E._2 > 0)) * 1e-3
 
 
 def _per_element(step: Step, grad) -> int:
     """Cycles an element of a step's generated codelet (popops.mapcodelet)."""
-    types = {"g": grad}
+    kinds = {"g": grad}
     inputs, fields, mapping = {}, {}, {}
     in_place = step.out is None
     for i, n in enumerate(step.inputs, 1):
@@ -183,17 +194,17 @@ def _per_element(step: Step, grad) -> int:
         if n not in fields:
             fields[n] = len(fields) + (2 if in_place else 1)
             scalar = n in SCALARS and step.inputs[0] not in SCALARS
-            inputs[fields[n]] = (types.get(n, FLOAT), scalar)
+            inputs[fields[n]] = (kinds.get(n, types.FLOAT), scalar)
         mapping[i] = E.placeholder(fields[n])
     body = E.substitute(E.as_expr(step.expr), mapping)
     reads = in_place and 1 in body.placeholders()
-    cls = map_codelet(body, inputs, FLOAT, reads, where=step.name)
+    cls = mapcodelet.map_codelet(body, inputs, types.FLOAT, reads, where=step.name)
     return (cls.cycle_estimate(out=1000000) - 10) * 2 // 1000000
 
 
 def _gradient(half: bool):
     """The gradient as the update reads it (_2): fp16's HALF times 1/S as float."""
-    return E.cast(E._2, FLOAT) * 0.5 if half else E._2
+    return E.cast(E._2, types.FLOAT) * 0.5 if half else E._2
 
 
 def optimizer_cost(name: str, momentum: bool = True, half: bool = False,
@@ -204,17 +215,23 @@ def optimizer_cost(name: str, momentum: bool = True, half: bool = False,
     0.01, the others' 0)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}")
-    g = _gradient(half)
     decay = (name == "adamw") if decay is None else decay
+    state = (1 if momentum else 0) if name == "sgd" else 2
+    return Optimizer(name, state, name == "lamb", momentum and name == "sgd", half, decay)
+
+
+@functools.lru_cache(maxsize=None)
+def _groups(name: str, momentum: bool, half: bool, decay: bool) -> tuple:
+    """The maps of an update, as nn/optim builds them (see the module)."""
+    g = _gradient(half)
     if name == "sgd":
         grad = g + E._3 * 1e-4 if decay else g
         if momentum:
-            return Optimizer("sgd", 1, (
-                (Step("momentum", E._1 * 0.9 + grad, ("v", "g") + ("w",) * decay),),
-                (Step("update", E._1 + E._2 * E.const(-0.1), ("w", "v")),)))
+            return ((Step("momentum", E._1 * 0.9 + grad, ("v", "g") + ("w",) * decay),),
+                    (Step("update", E._1 + E._2 * E.const(-0.1), ("w", "v")),))
         upd = E._1 + E._2 * E.const(-0.1) if not half and not decay else \
             E._1 + (g + E._1 * 1e-4 if decay else g) * -0.1
-        return Optimizer("sgd", 0, ((Step("update", upd, ("w", "g")),),))
+        return ((Step("update", upd, ("w", "g")),),)
     b1, b2 = ADAM["betas"]
     a = 1.0 - b1
     moment_g = g + E._3 * 0.01 if name == "adam" and decay else g
@@ -224,17 +241,15 @@ def optimizer_cost(name: str, momentum: bool = True, half: bool = False,
                Step("step", E._1 + 1, ("t",)))
     if name in ("adam", "adamw"):
         w = E._1 * (1.0 - 1e-5) if name == "adamw" and decay else E._1
-        return Optimizer(name, 2, (
-            moments,
-            (Step("step_size", 1e-3 / (1.0 - E.pow(b1, E._1)), ("t",), "size"),
-             Step("bias_correction2_sqrt", E.sqrt(1.0 - E.pow(b2, E._1)), ("t",), "root")),
-            (Step("update", w - E._4 * (E._2 / (E.sqrt(E._3) / E._5 + 1e-8)),
-                  ("w", "m", "v2", "size", "root")),)))
+        return (moments,
+                (Step("step_size", 1e-3 / (1.0 - E.pow(b1, E._1)), ("t",), "size"),
+                 Step("bias_correction2_sqrt", E.sqrt(1.0 - E.pow(b2, E._1)), ("t",), "root")),
+                (Step("update", w - E._4 * (E._2 / (E.sqrt(E._3) / E._5 + 1e-8)),
+                      ("w", "m", "v2", "size", "root")),))
     u = E._1 / E._4 / (E.sqrt(E._2 / E._5) + 1e-6)
     if decay:
         u = u + E._3 * 0.01
-    return Optimizer("lamb", 2, (
-        moments,
-        (Step("bias_correction1", 1.0 - E.pow(b1, E._1), ("t",), "c1"),
-         Step("bias_correction2", 1.0 - E.pow(b2, E._1), ("t",), "c2")),
-        (Step("u", u, ("m", "v2", "w", "c1", "c2"), "u"),)), norms=True)
+    return (moments,
+            (Step("bias_correction1", 1.0 - E.pow(b1, E._1), ("t",), "c1"),
+             Step("bias_correction2", 1.0 - E.pow(b2, E._1), ("t",), "c2")),
+            (Step("u", u, ("m", "v2", "w", "c1", "c2"), "u"),))

@@ -88,20 +88,23 @@ def concat(parts, axis: int = 0) -> Placed:
                   np.concatenate([p.ids for p in parts], axis), parts[0].dtype)
 
 
-class Addresses:
-    """Fresh addresses for new variables: each variable's elements numbered consecutively,
-    variables far apart (so no two are ever contiguous)."""
+VARIABLE_BITS = 40          # an address: variable number << 40 | position in it
 
-    GAP = 1 << 40
+
+class Addresses:
+    """Fresh addresses for new variables: each variable's elements numbered consecutively
+    from (its number << VARIABLE_BITS), so no two variables are ever contiguous and an
+    address says its variable."""
 
     def __init__(self):
-        self.next = 0
+        self.count = 0
 
     def new(self, shape, where: np.ndarray, dtype, order: np.ndarray | None = None) -> Placed:
         """A variable of `shape` with element i on where[i] (logical order); `order` the
         storage position of each logical element (default: logical order)."""
         n = int(np.prod(shape, dtype=np.int64))
-        base, self.next = self.next, self.next + n + self.GAP
+        self.count += 1
+        base = self.count << VARIABLE_BITS
         ids = base + (np.arange(n, dtype=np.int64) if order is None else
                       np.asarray(order, np.int64).ravel())
         return Placed(np.asarray(where, np.int64).reshape(shape), ids.reshape(shape), dtype)

@@ -80,7 +80,8 @@ class StepWalk:
         self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
         self.mc = Machine(target, mapping)
         self.layers = list(spec.blocks)
-        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum, mapping.precision == "fp16")
+        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum,
+                                  mapping.precision == "fp16", mapping.weight_decay)
         self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)

@@ -38,11 +38,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import PlanError
-from ..poplar import FLOAT, INT
-from ..popops import expr as E
-from . import ops
-from .layers import Block, CrossEntropyLoss, Layer, linear_cost
-from .placed import concat
+from .layers import Block, CrossEntropyLoss, Layer, later, linear_cost
+
+E, ops, placed, types = (later(m) for m in ("..popops.expr", ".ops", ".placed",
+                                             "..poplar.types"))
 
 
 # --- what a placed layer shares ----------------------------------------------------------------
@@ -65,14 +64,14 @@ class Tokens(Layer):
         """A weight's FLOAT master, mapped linearly where its layer lives."""
         mc = ipu.mc
         return mc.once(("weight", self.index, name),
-                       lambda: mc.addr.linear(shape, FLOAT, mc.graph.num_tiles))
+                       lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
 
     def weight(self, ipu, name: str, shape: tuple):
         """A weight as the step reads it: the master, or its HALF copy in fp16 (the cast
         maps it alike)."""
         mc = ipu.mc
         w = self.master(ipu, name, shape)
-        if mc.dtype is FLOAT:
+        if mc.dtype is types.FLOAT:
             return w
         return mc.once(("half", self.index, name), lambda: mc.addr.like(w, mc.dtype))
 
@@ -138,15 +137,22 @@ def _gelu(grad: bool, dtype):
     """popnn's exact GELU expression (its gradient takes the input), in float32 on HALF."""
     from ..popnn.nonlinearity import FORWARD, GRADIENT, NonLinearityType
     e = (GRADIENT if grad else FORWARD)[NonLinearityType.GELU]
-    if dtype is not FLOAT:
-        floats = {n: E.cast(E.placeholder(n), FLOAT) for n in e.placeholders()}
+    if dtype is not types.FLOAT:
+        floats = {n: E.cast(E.placeholder(n), types.FLOAT) for n in e.placeholders()}
         return E.cast(E.substitute(e, floats), dtype)
     return e
 
 
-RELU = E.maximum(E._1, 0)
-RELU_GRAD = E.select(E._2, 0, E._1 > 0)
-ADD = E._1 + E._2
+def _relu():
+    return E.maximum(E._1, 0)
+
+
+def _relu_grad():
+    return E.select(E._2, 0, E._1 > 0)
+
+
+def _add():
+    return E._1 + E._2
 
 
 # --- the layers ------------------------------------------------------------------------------------
@@ -208,7 +214,7 @@ class PositionalEmbedding(Tokens):
 
     def forward(self, ipu, run, x):
         w = self.weight(ipu, "weight", (self.max_len, self.dim))
-        y = ops.map_op(ipu, self.op_name("add"), ADD, [x, w[:x.shape[1]]])
+        y = ops.map_op(ipu, self.op_name("add"), _add(), [x, w[:x.shape[1]]])
         if not run.recompute:           # its backward does not read its input
             ipu.free(("act", run.micro_batch, self.index - 1))
         return self.output(ipu, run, y)
@@ -217,7 +223,7 @@ class PositionalEmbedding(Tokens):
         dw = ops.reduce_rows(ipu, self.op_name("weight_grad"), dy)
         if self.positions < self.max_len:
             zeros = ipu.shared_constant((self.max_len - self.positions, self.dim), dy.dtype)
-            dw = concat([dw, zeros], 0)
+            dw = placed.concat([dw, zeros], 0)
         self.gradient_made(ipu, run, "weight", dw)
         dx = dy if self.need_dx(run) else None
         if dx is not None:
@@ -315,13 +321,13 @@ class LinearPart:
         w = layer.weight(ipu, self.scope + "weight", (self.fout, self.fin))
         if self.bias:
             b = layer.weight(ipu, self.scope + "bias", (self.fout,))
-            x2 = concat([x2, ipu.shared_constant((rows, 1), x.dtype)], 1)
-            w = concat([w, b.reshape((self.fout, 1))], 1)
+            x2 = placed.concat([x2, ipu.shared_constant((rows, 1), x.dtype)], 1)
+            w = placed.concat([w, b.reshape((self.fout, 1))], 1)
         y = ops.mat_mul(ipu, layer.op_name(self.scope + "matmul"), x2, w.dim_shuffle((1, 0)))
         layer.note(run, self.scope + "x", x2)
         if self.relu:
             layer.save(ipu, run, self.scope + "pre", y)
-            y = ops.map_op(ipu, layer.op_name(self.scope + "relu"), RELU, [y])
+            y = ops.map_op(ipu, layer.op_name(self.scope + "relu"), _relu(), [y])
             layer.release(ipu, run, self.scope + "pre")
         return y.reshape(x.shape[:-1] + (self.fout,))
 
@@ -331,7 +337,7 @@ class LinearPart:
         rows = x2.shape[0]
         dy2 = dy.reshape((rows, self.fout))
         if self.relu:
-            dy2 = ops.map_op(ipu, layer.op_name(self.scope + "relu_grad"), RELU_GRAD,
+            dy2 = ops.map_op(ipu, layer.op_name(self.scope + "relu_grad"), _relu_grad(),
                              [y.reshape((rows, self.fout)), dy2])
             layer.save(ipu, run, self.scope + "dy", dy2)
         dw = ops.mat_mul(ipu, layer.op_name(self.scope + "weight_grad"), dy2.dim_shuffle((1, 0)),
@@ -450,13 +456,13 @@ class TokenReLU(Tokens):
         return "ReLU"
 
     def forward(self, ipu, run, x):
-        y = ops.map_op(ipu, self.op_name("relu"), RELU, [x])
+        y = ops.map_op(ipu, self.op_name("relu"), _relu(), [x])
         self.note(run, "out", y)
         return self.output(ipu, run, y)
 
     def backward(self, ipu, run, dy):
         y = self.saved(run, "out")
-        dx = ops.map_op(ipu, self.op_name("relu_grad"), RELU_GRAD, [y, dy])
+        dx = ops.map_op(ipu, self.op_name("relu_grad"), _relu_grad(), [y, dy])
         return self.passed(ipu, run, dx)
 
 
@@ -553,10 +559,10 @@ class AttentionPart:
         layer.save(ipu, run, sc + "dscores", dscores)
         G = dscores.shape[0]
         dqk = ops.mat_mul(ipu, layer.op_name(sc + "query_key_grad"),
-                          concat([dscores, dscores.dim_shuffle((0, 2, 1))]), concat([k, q]))
+                          placed.concat([dscores, dscores.dim_shuffle((0, 2, 1))]), placed.concat([k, q]))
         layer.release(ipu, run, sc + "dscores", sc + "qkv")
         layer.save(ipu, run, sc + "dqk", dqk)
-        dqkv = concat([_merge_heads(t, B, h) for t in (dqk[:G], dqk[G:], dv)], 2)
+        dqkv = placed.concat([_merge_heads(t, B, h) for t in (dqk[:G], dqk[G:], dv)], 2)
         dx = self.in_proj.backward(layer, ipu, run, dqkv, None, need_dx)
         layer.release(ipu, run, sc + "dqk", sc + "dv")
         return dx
@@ -678,7 +684,7 @@ class EncoderLayer(Tokens):
         return DropoutPart(f"{which}/", self.dropout)
 
     def _add(self, ipu, run, a, b, what: str):
-        return ops.map_op(ipu, self.op_name(what), ADD, [a, b])
+        return ops.map_op(ipu, self.op_name(what), _add(), [a, b])
 
     def _sa(self, ipu, run, x):
         y = self.attention.forward(self, ipu, run, x)
@@ -840,7 +846,7 @@ class TokenLoss(CrossEntropyLoss):
         step's loss (loss=False)."""
         mc = ipu.mc
         n, S, V = run.n, self.positions, self.classes
-        labels = mc.once("labels", lambda: mc.addr.linear((run.batch, S), INT,
+        labels = mc.once("labels", lambda: mc.addr.linear((run.batch, S), types.INT,
                                                             mc.graph.num_tiles))
         mb = run.micro_batch
         rows = labels[mb * n:(mb + 1) * n] if run.pipelined else labels
