@@ -32,7 +32,7 @@ from typing import ClassVar
 from ..errors import PlanError
 
 
-class later:
+class later:  # noqa: N801 - used like a module
     """A module imported on first use: the full scale never needs the libraries (numba), and
     `ipulab` starts without them. later("..popops.expr").cast(...) imports, then calls."""
 
@@ -41,6 +41,9 @@ class later:
 
     def __getattr__(self, attr):
         return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+types = later("..poplar.types")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,18 @@ class Layer(Block):
 
     def key(self, what: str) -> str:
         return f"{self.index}.{type(self).__name__}/{what}"
+
+    def weights_of(self, t: int = 1) -> list:
+        """(name, shape) of its weights in state_dict order, as this IPU holds them (its rows
+        under tensor sharding t): what the update reads (update.py)."""
+        return []
+
+    def master(self, ipu, name: str, shape: tuple):
+        """A weight's FLOAT master, mapped linearly where its layer lives (a placed tensor,
+        made once a step)."""
+        mc = ipu.mc
+        return mc.once(("weight", self.index, name),
+                       lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
 
     def forward(self, ipu, run, x):
         """The ops of its forward on one micro-batch; where its output lies."""
@@ -261,9 +276,10 @@ class Product(Layer):
         ipu.free(("grad", mb, i))
         ipu.transient(ipu.partials(*self.weight_product(run)))
         ipu.product(self.key("weight_grad"), *self.weight_product(run), window=self.window)
-        ipu.hold(("wgrad", mb, i), self.gradient(mc, run).elements * mc.E, "gradients")
+        ipu.hold(("wgrad", i, mb), self.gradient(mc, run).elements * mc.E, "gradients")
+        self.gradients_made(mc, run)
         if run.pipelined:                 # added into the step's accumulators, one a tensor,
-            ipu.free(("wgrad", mb, i))    # mapped over the stage's t IPUs (not by shard)
+            ipu.free(("wgrad", i, mb))    # mapped over the stage's t IPUs (not by shard)
             for n in self.tensors:
                 ipu.map(self.key("accumulate"), mc.staged(n), 4, remote=mc.E,
                         codelet="accumulate", crossing=n * mc.E)
@@ -302,6 +318,29 @@ class Product(Layer):
         oc, fan, _ = self.dims(run)
         return mc.placed(mc.plan(*self.weight_product(run)).tiles_used, oc * fan)
 
+    def weights_of(self, t: int = 1) -> list:
+        """Its weight and bias on this IPU (1/t of its output channels)."""
+        shape = self.weight_shape(t)
+        return [("weight", shape)] + [("bias", shape[:1])] * self.has_bias
+
+    def gradients_made(self, mc, run) -> None:
+        """Where its weight gradients are (the update reads them: update.py): the weight-
+        gradient product's result [out, fan] (its last column the bias's), or, in a pipeline,
+        the accumulators, mapped linearly."""
+        if mc.has(("grad", self.index, "weight")):
+            return
+        shapes = dict(self.weights_of(run.t))
+        if run.pipelined:
+            for name, shape in shapes.items():
+                mc.once(("grad", self.index, name),
+                        lambda shape=shape: mc.addr.linear(shape, mc.dtype, mc.graph.num_tiles))
+            return
+        dw = mc.addr.product(mc.plan(*self.weight_product(run)), mc.dtype, False)
+        fan = dw.shape[1] - self.has_bias
+        mc.once(("grad", self.index, "weight"), lambda: dw[:, :fan].reshape(shapes["weight"]))
+        if self.has_bias:
+            mc.once(("grad", self.index, "bias"), lambda: dw[:, fan])
+
     def constants(self, ipu, run) -> None:
         """The forward's constants (the row of ones the bias multiplies, padding)."""
 
@@ -322,6 +361,14 @@ class Linear(Product):
     def dims(self, run):
         fin, o, bias = self.features
         return ceil(o / run.t), fin + bias, run.n
+
+    @property
+    def has_bias(self) -> int:
+        return self.features[2]
+
+    def weight_shape(self, t: int) -> tuple:
+        fin, o, _ = self.features
+        return ceil(o / t), fin
 
     def forward_product(self, run):
         oc, fan, n = self.dims(run)
@@ -354,6 +401,14 @@ class Conv2d(Product):
     def dims(self, run):
         c, h, w, o, ho, wo, kh, kw, ph, pw, bias = self.geometry
         return ceil(o / run.t), c * kh * kw + bias, run.n * ho * wo
+
+    @property
+    def has_bias(self) -> int:
+        return self.geometry[10]
+
+    def weight_shape(self, t: int) -> tuple:
+        c, h, w, o, ho, wo, kh, kw = self.geometry[:8]
+        return ceil(o / t), c, kh, kw
 
     def forward_product(self, run):
         return self.dims(run)

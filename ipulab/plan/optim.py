@@ -6,10 +6,9 @@ Each optimizer says what it keeps per weight (fp32 state elements, Kingma & Ba 2
 al. 2020) and what its update does, as nn/optim builds it: its maps, each the very expression
 nn gives popops (the gradient read as float times 1/S in fp16, torch's lerp for Adam's first
 moment, AdamW's decoupled decay), side by side where nn runs them side by side. At the small
-scale their cost is the generated codelets' (popops.mapcodelet): element by element where the
-weights and gradients are placed (a transformer's: ops.map_op), or on a Layout (the CNN's);
-at the full scale, the bytes the update touches per weight, read and written at the tiles'
-SRAM bandwidth.
+scale their cost is the generated codelets' (popops.mapcodelet) over the placed weights,
+gradients and state (ops.map_op, update.py); at the full scale, the bytes the update touches
+per weight, read and written at the tiles' SRAM bandwidth.
 
   sgd          w += -lr·g: no state, one map
   sgd+momentum v = μ·v + g; w += -lr·v: one fp32 velocity; two maps (torch.optim.SGD)
@@ -29,11 +28,9 @@ import numpy as np
 from ..options import OPTIMIZERS
 from .layers import later
 
-E, types, mapcodelet = (later(m) for m in ("..popops.expr", "..poplar.types",
-                                            "..popops.mapcodelet"))
+E, types = later("..popops.expr"), later("..poplar.types")
 
 STATE_BYTES = 4            # moments and velocities are fp32
-SCALARS = ("t", "size", "root", "c1", "c2")     # one-element tensors of an update
 GROUPS = {"m": "moments", "step_size": "bias_correction", "bias_correction1": "bias_correction"}
 ADAM = dict(betas=(0.9, 0.999), eps=1e-8, lr=1e-3)   # torch's defaults: the forms nn picks
 
@@ -78,38 +75,21 @@ class Optimizer:
         the weights, the gradients and the state, read, and the weights and state written."""
         return 3 + 2 * self.state_elements + 2 * self.norms
 
-    # --- a Layout (the CNN's small scale) ---------------------------------------------------
-    def update(self, ipu, layout) -> None:
-        """Its maps over the weights this replica updates (laid out as `layout`, fp32): each
-        side-by-side group one map whose cycles an element are its codelets' together; the
-        gradients come in from where the all-reduce left them."""
-        from .tiles import Layout
-        E_ = ipu.mc.E
-        grad = types.HALF if E_ == 2 else types.FLOAT
-        for group in self.groups:
-            scalar = all(s.inputs[0] in SCALARS for s in group)
-            per = sum(_per_element(s, grad) for s in group
-                      if scalar or s.inputs[0] not in SCALARS)
-            fields = sum(len(set(s.inputs)) + (s.out is not None) for s in group)
-            reads_g = any("g" in s.inputs for s in group)
-            ipu.map(f"{self.name}/{group[0].name}", Layout(1, 1) if scalar else layout, per,
-                    fields, nbytes=4, remote=E_ if reads_g else 0,
-                    codelet=f"{self.name}/{group[0].name}")
-            if self.norms and group[0].name == "u":
-                for name in ("weight_norm", "update_norm"):
-                    ipu.map(f"{self.name}/{name}", layout, 3, 2, nbytes=4, codelet="norm")
-
     # --- placed tensors (a transformer's small scale) -----------------------------------------
-    def update_placed(self, ipu, weights, grads, sizes, partial: bool = False) -> None:
+    def update_placed(self, ipu, weights, grads, sizes, ring=None,
+                      off_chip: bool = False) -> None:
         """Its maps as nn builds them over the flat weights (FLOAT) and gradients (placed
         tensors), state tensors mapped like the weights, the step count on the first
-        weight's tile; LAMB's norms one reduction per tensor (partial: a shard's, RTS: the
-        sums all-reduced over the replicas)."""
+        weight's tile; LAMB's norms one reduction per tensor (with RTS a shard's: their sums
+        all-reduced over the replicas by `ring`, update.Ring); off_chip: the state loaded from Streaming
+        Memory for the update (live only then)."""
         from . import ops
         mc = ipu.mc
         t = {"w": weights, "g": grads}
         for name in (("v",) if self.name == "sgd" else ("m", "v2"))[:self.state_elements]:
             t[name] = mc.addr.like(weights)
+            if off_chip:
+                ipu.transient(t[name], "optimizer_state")
         if any("t" in s.inputs for g in self.groups for s in g):
             t["t"] = mc.addr.new((1,), weights.where.ravel()[:1], types.FLOAT)
         for group in self.groups:
@@ -127,9 +107,9 @@ class Optimizer:
                 ipu.side_by_side(f"{self.name}/{GROUPS.get(group[0].name, group[0].name)}",
                                  [side(s) for s in group])
             if self.norms and group[0].name == "u":
-                self._norms(ipu, t, sizes, partial)
+                self._norms(ipu, t, sizes, ring)
 
-    def _norms(self, ipu, t, sizes, partial: bool) -> None:
+    def _norms(self, ipu, t, sizes, ring) -> None:
         """LAMB: per tensor the sums of squares of w and u (side by side), the trust ratios,
         the update of each tensor (side by side)."""
         from . import ops
@@ -143,8 +123,10 @@ class Optimizer:
                                                    u[o:o + n].reshape((1, n))]), square=True)))
             for o, n in zip(offsets, sizes)])
         both = concat([x.reshape((1, 2)) for x in sums])
-        if partial:
-            both = _all_reduce(ipu, f"{self.name}/norms/all_reduce", both)
+        if ring is not None:
+            out = ipu.mc.addr.like(both)
+            ring.all_reduce(both.flatten(), out, f"{self.name}/norms/all_reduce", both.elements)
+            both = out
         scale = ops.map_op(ipu, f"{self.name}/trust_ratio", _trust_ratio(), [both[:, 0], both[:, 1]])
         ipu.side_by_side(f"{self.name}/update", [
             (lambda o=o, n=n, k=k: ops.map_op(ipu, f"{self.name}/update/{k}", E._1 - E._3 * E._2,
@@ -153,53 +135,10 @@ class Optimizer:
             for k, (o, n) in enumerate(zip(offsets, sizes))])
 
 
-def _all_reduce(ipu, name: str, t):
-    """gcl.all_reduce of a small tensor over the replicas: a ring of 2(r − 1) cross-replica
-    copies (a sync, the chunk over the IPU-Links, its copy on the tiles) and r − 1 combining
-    maps; the result mapped like t."""
-    from . import ops
-    mc = ipu.mc
-    r = mc.m.replicas
-    size = -(-t.elements // r)
-    flat = t.flatten()
-    recv = mc.addr.new((size,), flat.where[np.minimum(np.arange(size) * r, t.elements - 1)],
-                       t.dtype)
-    mine = mc.addr.like(recv)
-    cost = mc.cost
-    copy = mc.far_sync + mc.target.link_cycles(size * t.nbytes, 0, 1) + \
-        cost.exchange_setup_cycles + -(-size * t.nbytes // mc.target.exchange_bytes_per_cycle)
-    for s in range(r - 1):
-        ipu.superstep(f"{name}/reduce_scatter{s}", copy)
-        ops.map_op(ipu, f"{name}/combine", E._1 + E._2, [recv, mine], in_place=True)
-    for s in range(r - 1):
-        ipu.superstep(f"{name}/all_gather{s}", copy)
-    return mc.addr.like(t)
-
-
 def _trust_ratio():
     """LAMB's lr times ||w|| / ||u|| from the sums of squares (1 where either is 0)."""
     return E.select(E.sqrt(E._1) / E.sqrt(E.select(E._2, 1.0, E._2 > 0)), 1.0,
                     (E._1 > 0) & (E._2 > 0)) * 1e-3
-
-
-def _per_element(step: Step, grad) -> int:
-    """Cycles an element of a step's generated codelet (popops.mapcodelet)."""
-    kinds = {"g": grad}
-    inputs, fields, mapping = {}, {}, {}
-    in_place = step.out is None
-    for i, n in enumerate(step.inputs, 1):
-        if in_place and i == 1:
-            mapping[i] = E.placeholder(1)
-            continue
-        if n not in fields:
-            fields[n] = len(fields) + (2 if in_place else 1)
-            scalar = n in SCALARS and step.inputs[0] not in SCALARS
-            inputs[fields[n]] = (kinds.get(n, types.FLOAT), scalar)
-        mapping[i] = E.placeholder(fields[n])
-    body = E.substitute(E.as_expr(step.expr), mapping)
-    reads = in_place and 1 in body.placeholders()
-    cls = mapcodelet.map_codelet(body, inputs, types.FLOAT, reads, where=step.name)
-    return (cls.cycle_estimate(out=1000000) - 10) * 2 // 1000000
 
 
 def _gradient(half: bool):

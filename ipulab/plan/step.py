@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import zip_longest
+import math
 from math import ceil
 
 import numpy as np
@@ -35,7 +36,7 @@ import numpy as np
 from .optim import optimizer_cost
 from .update import update_placed
 from ..poplar import INT
-from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined, placed_layout
+from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined
 
 LABEL_BYTES = 4             # labels stream in as INT
 
@@ -86,7 +87,7 @@ class StepWalk:
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)
         self.placed = bool(spec.dims.get("placed"))    # priced element by element
-        self.ring_placed = 0     # cycles of the replicas' collectives (placed models)
+        self.ring_cycles: dict = {}    # stage -> cycles of the replicas' ring (update.py)
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -123,16 +124,6 @@ class StepWalk:
         return joined(self.mc.linear(ceil(n / self.m.t), FLOAT) for i in blocks
                       for n in self.layers[i].tensors)
 
-    def gradients(self, blocks) -> Layout:
-        """This IPU's weight gradients of `blocks`, where their products left them (a placed
-        layer's where its backward made them)."""
-        run = self.run(0, True)
-        if self.placed:
-            return placed_layout([g for (kind, i, _), g in self.mc.placed_items()
-                                  if kind == "grad" and i in blocks], self.mc.T)
-        return joined(self.layers[i].gradient(self.mc, run) for i in blocks
-                      if self.layers[i].params)
-
     def outputs(self, i: int) -> int:
         """Elements of layer i's output per sample."""
         return self.layers[i + 1].keep if i + 1 < len(self.layers) else \
@@ -143,7 +134,7 @@ class StepWalk:
         """The walk of stage s on its IPU."""
         m, mc = self.m, self.mc
         blocks = self.stages()[s]
-        ipu, last = Ipu(mc), s == m.pipeline - 1
+        ipu, last = Ipu(mc, per_tile=self.placed), s == m.pipeline - 1
         builds = m.micro_batches if m.pipeline > 1 else 1
         per_phase = [self.weights([i for i in ph if i in blocks]).elements
                      for ph in self.phases() if set(ph) & set(blocks)]
@@ -296,38 +287,13 @@ class StepWalk:
             ipu.arg_max(self.m.micro_batch_size)
 
     def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
-        """The step's end on this IPU, for each phase's weights: the fp16 copies, the
-        replicas' combining maps (the ring's copies are step-wide: ring()), a pipeline's
-        accumulators zeroed, the optimizer; and what is live meanwhile: the gradients copied
-        into the all-reduce's result, a chunk in flight, an off-chip state loaded for the
-        update."""
-        m, mc = self.m, self.mc
+        """The step's end on this IPU, phase by phase (update.py): the fp16 copies, a
+        pipeline's accumulators, the replicas' collectives, the optimizer."""
         for phase in self.phases():
-            mine = [i for i in phase if i in blocks]
-            if self.placed:
-                self.ring_placed += update_placed(self, ipu, mine)
-                continue
-            weights, grads = self.weights(mine), self.gradients(mine)
-            if not weights.elements:
-                continue
-            if mc.E == 2:
-                ipu.map("weights/to_half", weights, 3, codelet="to_half")
-            if m.replicas > 1:
-                gathers = 2 if m.rts and m.phased else 1
-                ipu.map("all_reduce/combine", grads.share(1 / m.replicas), 4,
-                        codelet="combine", runs=(m.replicas - 1) * gathers)
-                ipu.control((1 + gathers) * (m.replicas - 1) * grads.tiles)
-            if m.pipeline > 1:
-                ipu.map("accumulators/zero", weights, 1, 1, codelet="zero")
-            part = mc.linear(ceil(weights.elements / m.replicas), FLOAT,
-                             mc.replica_span) if m.rts else weights
-            self.opt.update(ipu, part)
-        grads = max(self.gradients([i for i in phase if i in blocks]).elements
-                    for phase in self.phases())
-        chunks = 2 * ceil(grads / m.replicas) * mc.E // FLOAT if m.replicas > 1 else 0
-        off_chip = m.optimizer_state == "off-chip" and not m.phased
-        ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
-                      "optimizer_state" if off_chip else "gradients")
+            total = sum(math.prod(shape) for i in phase
+                        for _, shape in self.layers[i].weights_of(self.m.t))
+            self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
+                self, ipu, [i for i in phase if i in blocks], total)
 
     # --- the step ---------------------------------------------------------------------------
     def cycles(self) -> tuple[dict, list]:
@@ -344,8 +310,7 @@ class StepWalk:
         parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
                  "backward": self.slots(steps("backward")[::-1]),
                  "pipeline": 2 * self.slots(hops),
-                 "replicas": self.ring_placed if self.placed else
-                 sum(self.ring(k) for k in phases),
+                 "replicas": max(self.ring_cycles.values(), default=0),
                  "update": max(sum(c for _, c in st.update) for st in stages),
                  "streaming": self.streaming(params, phases)}
         return parts, stages
@@ -367,19 +332,6 @@ class StepWalk:
         sizes = (self.batch * r * sample * size, self.batch * r * labels * LABEL_BYTES,
                  4 * r, 4 * r)
         return sum(mc.sync + self.target.host_cycles(b) for b in sizes)
-
-    def ring(self, elements: int) -> int:
-        """The ring over the replicas of `elements` gradients per IPU: a reduce-scatter
-        (r − 1 exchanges; the combining maps are the update's) and r − 1 exchanges of
-        all-gather; a phased RTS model gathers a phase's weights before its forward and again
-        before its backward."""
-        m, mc = self.m, self.mc
-        r, span = m.replicas, m.t * m.pipeline
-        if r == 1 or not elements:
-            return 0
-        gathers = 2 if m.rts and m.phased else 1
-        return (1 + gathers) * (r - 1) * (mc.far_sync + self.hop_cycles(ceil(elements / r) *
-                                                                          mc.E))
 
     def hop_cycles(self, nbytes: int) -> int:
         """A chunk of nbytes from every replica to the next over the IPU-Links (the slowest

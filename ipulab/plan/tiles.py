@@ -96,14 +96,6 @@ def joined(layouts) -> Layout:
                   tuple((x.tiles, x.per_tile) for x in layouts))
 
 
-def placed_layout(tensors, T: int) -> Layout:
-    """Placed tensors joined (a concat), as a Layout of their elements on each tile."""
-    counts = sum((t.per_tiles(T) for t in tensors), np.zeros(T, np.int64))
-    used = np.flatnonzero(counts)
-    return Layout(int(used[-1]) + 1 if used.size else 1, int(counts.sum()),
-                  counts=tuple(int(c) for c in counts))
-
-
 class Machine:
     """What every IPU of a step shares: the target, the mapping, the element size, the
     graphs a stage's ops run on, the poplin plans of its products (planned once per shape).
@@ -137,6 +129,9 @@ class Machine:
     def placed_items(self):
         """(key, tensor) of the step's placed tensors made once."""
         return [(k, v) for k, v in self._placed.items() if isinstance(k, tuple)]
+
+    def has(self, key) -> bool:
+        return key in self._placed
 
     def once(self, key, make) -> Placed:
         """A placed tensor made once per step (a weight, the dropout seed, the batch): the
@@ -182,7 +177,7 @@ class Ipu:
     set), the bytes of code, constants, vertex state and exchange buffers of what is built on
     it, and the liveness of its variables."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, per_tile: bool = False):
         self.mc, self.cost = machine, machine.cost
         self.clock: list | None = None
         self.state = self.constants = self.steps = 0
@@ -197,7 +192,7 @@ class Ipu:
         # liveness gives each tile its own addresses; code per codelet and tile
         self.cur_tiles = np.zeros(machine.T, np.float64)
         self.peak_tiles = np.zeros(machine.T, np.float64)
-        self.placed = False
+        self.per_tile = per_tile
         self.code_tiles: dict[str, np.ndarray] = {}
         self.shared_placed: dict = {}
         self._capture: list | None = None
@@ -246,7 +241,6 @@ class Ipu:
         the tiles), or a Placed tensor (its bytes on each of this IPU's tiles)."""
         T = self.mc.T
         if isinstance(value, Placed):
-            self.placed = True
             per = value.bytes_on(T, self.cost.alignment).astype(np.float64)
             return int(per.sum()), per
         return int(value), np.full(T, int(value) / T)
@@ -545,11 +539,12 @@ class Ipu:
 
     def memory(self, always: dict) -> dict:
         """Bytes of this IPU by kind: always-live variables (`always`, by kind) plus the kinds
-        held at the peak of the others (placed tensors: each tile's peak, shared out by the
-        kinds held at the IPU's peak), and code, constants, vertex state, buffers."""
+        held at the peak of the others (per_tile, a placed model's: each tile's peak, shared
+        out by the kinds held at the IPU's peak), and code, constants, vertex state,
+        buffers."""
         kinds = dict.fromkeys(("weights", "optimizer_state", "gradients", "activations"), 0)
         at_peak = dict(self.at_peak)
-        if self.placed and self.peak:
+        if self.per_tile and self.peak:
             scale = float(self.peak_tiles.sum()) / self.peak
             at_peak = {k: v * scale for k, v in at_peak.items()}
         for part in (always, at_peak):

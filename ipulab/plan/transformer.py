@@ -60,12 +60,6 @@ class Tokens(Layer):
     def nn_name(self) -> str:
         return type(self).__name__
 
-    def master(self, ipu, name: str, shape: tuple):
-        """A weight's FLOAT master, mapped linearly where its layer lives."""
-        mc = ipu.mc
-        return mc.once(("weight", self.index, name),
-                       lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
-
     def weight(self, ipu, name: str, shape: tuple):
         """A weight as the step reads it: the master, or its HALF copy in fp16 (the cast
         maps it alike)."""
@@ -128,7 +122,7 @@ class Tokens(Layer):
     def need_dx(self, run) -> bool:
         return self.index > run.first_weighted
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         """(name, shape) of its weights in state_dict order (the names its ops read them by)."""
         return []
 
@@ -171,7 +165,7 @@ class Embedding(Tokens):
         return cls(name, vocab * dim, vocab * dim, 0.0, positions, positions * dim, 0, index,
                    (vocab * dim,), work, vocab=vocab, dim=dim, positions=positions)
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         return [("weight", (self.vocab, self.dim))]
 
     def forward(self, ipu, run, x):
@@ -209,7 +203,7 @@ class PositionalEmbedding(Tokens):
         return cls(name, max_len * dim, max_len * dim, 0.0, n, 2 * n, 0, index,
                    (max_len * dim,), work, max_len=max_len, dim=dim, positions=positions)
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         return [("weight", (self.max_len, self.dim))]
 
     def forward(self, ipu, run, x):
@@ -273,7 +267,7 @@ class LayerNorm(Tokens):
         return cls(name, 2 * dim, dim, 0.0, rows * dim, rows * dim, 0, index, (dim, dim),
                    work, dim=dim, rows=rows)
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         return [("weight", (self.dim,)), ("bias", (self.dim,))]
 
     def forward(self, ipu, run, x):
@@ -377,7 +371,7 @@ class TokenLinear(Tokens):
         fin, fout, bias, relu = self.features
         return LinearPart("", fin, fout, bias, relu)
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         fin, fout, bias, _ = self.features
         return [("weight", (fout, fin))] + [("bias", (fout,))] * bias
 
@@ -589,7 +583,7 @@ class MultiheadAttention(Tokens):
     def part(self) -> AttentionPart:
         return AttentionPart("", self.dim, self.heads, self.causal, self.dropout)
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         return _attention_weights("", self.dim)
 
     @property
@@ -661,7 +655,7 @@ class EncoderLayer(Tokens):
     def train_only(self) -> bool:
         return self.dropout > 0
 
-    def weights_of(self) -> list:
+    def weights_of(self, t: int = 1) -> list:
         d, f = self.dim, self.ffn
         return _attention_weights("self_attn/", d) + [
             ("linear1/weight", (f, d)), ("linear1/bias", (f,)), ("linear2/weight", (d, f)),

@@ -24,11 +24,13 @@ from . import ops
 from .placed import Placed, concat
 
 
-def update_placed(walk, ipu, layers) -> int:
-    """The update of these layers of a placed model (their weights and gradients in
-    state_dict order) on this stage's IPU; returns the cycles of the replicas' ring."""
+def update_placed(walk, ipu, layers, total: int) -> int:
+    """The update of these layers (their weights and gradients in state_dict order) on this
+    stage's IPU; returns the cycles of the replicas' ring of the `total` gradients of the
+    replica's phase (all stages': a chunk is wherever its gradients are, its step as long
+    as the slowest copy)."""
     m, mc = walk.m, walk.mc
-    keys = [(i, name, shape) for i in layers for name, shape in walk.layers[i].weights_of()]
+    keys = [(i, name, shape) for i in layers for name, shape in walk.layers[i].weights_of(m.t)]
     if not keys:
         return 0
     weights = concat([walk.layers[i].master(ipu, name, shape).flatten()
@@ -39,27 +41,38 @@ def update_placed(walk, ipu, layers) -> int:
     if m.pipeline > 1:
         ops.map_op(ipu, "grad_sum/zero", E.const(0), [grads], in_place=True)
     sizes = [int(np.prod(shape)) for _, _, shape in keys]
-    ring = Ring(walk, ipu)
+    ring = Ring(walk, ipu, total, lambda: _free_gradients(ipu, layers))
     if m.rts:
         weights, grads, sizes = ring.sharded(weights, grads, sizes, walk.opt.norms)
     elif m.replicas > 1:
         out = mc.addr.like(grads)
-        ipu.transient(out, "gradients")
         ring.all_reduce(grads, out, "all_reduce")
         grads = out
-    walk.opt.update_placed(ipu, weights, grads, sizes, m.rts)
+    off_chip = m.optimizer_state == "off-chip" and not m.phased
+    walk.opt.update_placed(ipu, weights, grads, sizes, ring if m.rts else None, off_chip)
     if walk.dropout:
         ops.map_op(ipu, "dropout/next_seed", E._1 + 1, [ipu.seed()[:1]], in_place=True)
+    for key in [k for k in ipu.held if isinstance(k, tuple) and k[0] == "ring"]:
+        ipu.free(key)
     return ring.cycles
+
+
+def _free_gradients(ipu, layers) -> None:
+    """The layers' weight gradients after their last read (the ring's reduce-scatter)."""
+    for key in [k for k in ipu.held if isinstance(k, tuple) and k[0] == "wgrad"
+                and k[1] in layers]:
+        ipu.free(key)
 
 
 class Ring:
     """gcl's ring over the replicas, priced from where its tensors are (see the module)."""
 
-    def __init__(self, walk, ipu):
+    def __init__(self, walk, ipu, total: int, read=lambda: None):
         self.walk, self.ipu, self.mc = walk, ipu, walk.mc
         self.r = walk.m.replicas
         self.cycles = 0
+        self.total = total          # the ring's elements over all stages
+        self.read = read            # called when the reduced tensor's last read has passed
 
     def _port(self, where: np.ndarray, nbytes: int) -> int:
         return int(np.bincount(where).max(initial=0)) * nbytes
@@ -74,10 +87,11 @@ class Ring:
         return int(cost["exchange"].max(initial=0) + cost["on_tile_copy"].max(initial=0))
 
     def _step(self, size: int, nbytes: int, port: int, local: int = 0) -> int:
-        """One cross-replica copy of `size` elements a replica."""
+        """One cross-replica copy of a chunk of `size` elements (at least the ring's whole
+        chunk, all stages', over one link)."""
         mc = self.mc
         target = mc.target
-        link = self.walk.hop_cycles(size * nbytes)
+        link = self.walk.hop_cycles(max(size, -(-self.total // self.r)) * nbytes)
         ports = -(-port // target.exchange_bytes_per_cycle) + mc.cost.exchange_setup_cycles
         return mc.far_sync + local + max(link, ports if port else 0)
 
@@ -88,7 +102,8 @@ class Ring:
         size = -(-n // r)
         tiles = flat.where[np.minimum(np.arange(size) * r, n - 1)]
         recv, mine = (mc.addr.new((size,), tiles, flat.dtype) for _ in range(2))
-        self.ipu.transient(recv, "gradients"), self.ipu.transient(mine, "gradients")
+        self.ipu.hold(("ring", name, "recv"), recv, "gradients")
+        self.ipu.hold(("ring", name, "mine"), mine, "gradients")
         ops.map_op(self.ipu, f"{name}/combine", E._1 + E._2, [recv, mine], in_place=True)
         self.ipu.repeat_last(r - 1)
         self.ipu.control(2 * (r - 1) * flat.tiles)
@@ -107,6 +122,8 @@ class Ring:
         first = max(self._port(c.where, E_) for c in chunks)
         self.cycles += self._step(size, E_, max(first, self._port(recv.where, E_)), own)
         self.cycles += (self.r - 2) * self._step(size, E_, self._port(recv.where, E_), own)
+        self.ipu.free(("ring", name, "mine"))
+        self.read()
         return recv
 
     def all_gather(self, own: Placed, rows: Placed, size: int, times: int = 1) -> None:
@@ -119,9 +136,15 @@ class Ring:
         step0 = self._step(size, E_, max(port, self._port(own.where, E_)), local)
         self.cycles += times * (step0 + (self.r - 2) * self._step(size, E_, port))
 
-    def all_reduce(self, flat: Placed, out: Placed, name: str) -> None:
+    def all_reduce(self, flat: Placed, out: Placed, name: str, total: int | None = None
+                   ) -> None:
+        """gcl.all_reduce of flat into out (total: the ring's elements over all stages)."""
+        whole, self.total = self.total, total or self.total
         recv = self.reduce_scatter(flat, name)
+        self.ipu.hold(("ring", name, "out"), out, "gradients")
         self.all_gather(recv, out.flatten(), recv.elements)
+        self.ipu.free(("ring", name, "recv"))
+        self.total = whole
 
     def sharded(self, weights: Placed, grads: Placed, sizes: list, per_tensor: bool):
         """RTS: (the shard, its reduce-scattered gradients, the sizes its optimizer sees)."""
