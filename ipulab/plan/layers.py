@@ -61,6 +61,16 @@ class Block:
     reduce: int = 0
     simulated: ClassVar[bool] = False     # whether it has a cycle model (runs on the simulator)
 
+    def shard_params(self, t1: int, t2: int = 1) -> int:
+        """Its parameters on each IPU of t1 × t2 sharing it (an even share)."""
+        return self.params // (t1 * t2)
+
+    def collectives(self, t1: int, t2: int = 1) -> tuple:
+        """Elements a sample it all-reduces among its shards per pass, ((forward, backward)
+        over t1, (forward, backward) over t2): its `reduce` split evenly."""
+        half = self.reduce / 2
+        return (half / t2,) * 2, ((half / t1,) * 2 if t2 > 1 else (0.0, 0.0))
+
 
 @dataclass(frozen=True)
 class Layer(Block):

@@ -139,10 +139,13 @@ def _check_model(m: Mapping, spec) -> None:
     if m.pipeline > spec.num_layers:
         raise PlanError(f"mapping: p = {m.pipeline} stages for {spec.num_layers} layers (each "
                         "stage needs a layer)")
-    heads = spec.dims.get("heads")
+    heads, hidden = spec.dims.get("heads"), spec.dims.get("hidden")
     if heads and heads % m.tensor_parallel[0]:
         raise PlanError(f"mapping: t1 = {m.tensor_parallel[0]} does not divide the "
                         f"{heads} attention heads (each shard takes whole heads)")
+    if hidden and hidden % m.tensor_parallel[1]:
+        raise PlanError(f"mapping: t2 = {m.tensor_parallel[1]} does not divide the hidden "
+                        f"size {hidden} (each shard of t2 takes a slice of it)")
     if m.rts and m.replicas < 2:
         raise PlanError("mapping: rts shards over replicas: it needs r ≥ 2")
     if m.phased and m.pipeline > 1 and m.phases % m.pipeline:

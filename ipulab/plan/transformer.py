@@ -662,6 +662,28 @@ class EncoderLayer(Tokens):
             ("linear2/bias", (d,)), ("norm1/weight", (d,)), ("norm1/bias", (d,)),
             ("norm2/weight", (d,)), ("norm2/bias", (d,))]
 
+    def shard_params(self, t1: int, t2: int = 1) -> int:
+        """Megatron (Shoeybi et al. 2019) over t1: the qkv and linear1 by columns (whole
+        heads, a slice of f), out_proj and linear2 by rows, their biases and the norms
+        replicated; 2-D (graphcore/examples nlp/gpt3_175B/popxl) also over t2, the hidden
+        dimension: every matrix 1/(t1·t2), the biases and norms of the hidden dimension
+        1/t2."""
+        h, f = self.dim, self.ffn
+        return ((4 * h * h + 2 * h * f) // (t1 * t2) + (3 * h + f) // t1
+                + 6 * h // t2)
+
+    def collectives(self, t1: int, t2: int = 1) -> tuple:
+        """Per sample and pass: over t1 (Megatron) the attention's and the feed-forward's
+        outputs all-reduced forward, the inputs' gradients backward, s·h/t2 each; over t2
+        the products' partial sums of the hidden dimension (forward the qkv and linear1
+        outputs, s·(3h + f)/t1; backward the gradients of the context and of the GELU's
+        output, s·(h + f)/t1) and the layer norms' two statistics per token."""
+        s, h, f = self.positions, self.dim, self.ffn
+        over1 = (2.0 * s * h / t2,) * 2
+        if t2 == 1:
+            return over1, (0.0, 0.0)
+        return over1, (s * (3 * h + f) / t1 + 4 * s, s * (h + f) / t1 + 4 * s)
+
     @property
     def attention(self) -> AttentionPart:
         return AttentionPart("self_attn/", self.dim, self.heads, self.causal, self.dropout)
