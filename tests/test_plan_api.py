@@ -61,6 +61,17 @@ GRID = [
     ("mlp", lambda: devices.bow2000(tiles_per_ipu=8), dict(replicas=1, batch_size=32)),
     ("cnn", lambda: devices.pod(16, tiles_per_ipu=64), dict(replicas=4, batch_size=32,
                                                              tensor_parallel=4)),
+    # the optimizers' updates as nn builds them: Adam, LAMB's norms (all-reduced under RTS)
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="adam", lr=1e-3)),
+    ("mlp", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="lamb", lr=1e-3)),
+    ("mlp", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=8, batch_size=16,
+                                                             tensor_parallel=2, rts=True,
+                                                             optimizer="adamw", lr=1e-3)),
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="lamb", lr=1e-3,
+                                                             rts=True, precision="fp16")),
 ]
 MODELS = {"cnn": nn.default_cnn, "mlp": mlp, "dropout": lambda: mlp(True), "avg": avg_cnn}
 

@@ -343,13 +343,15 @@ class StepWalk:
 
     def streaming(self, params: int, phases: list) -> int:
         """Remote-buffer copies (one superstep each; the machine's IPUs share its
-        bandwidth): phased, each phase's fp32 weights loaded before its forward and its
-        backward and stored after its update, and its state loaded and stored; off-chip
+        bandwidth, each streaming its part: 1/t of a stage's, a replica spread over several
+        IPUs a share each): phased, each phase's fp32 weights loaded before its forward and
+        its backward and stored after its update, and its state loaded and stored; off-chip
         state, loaded before the update and stored after it. 1/r of them under RTS."""
         m, mc = self.m, self.mc
         share = (lambda k: ceil(k / m.replicas) if m.rts else k)
         per_machine = self.target.system.ipus_per_machine
-        copy = (lambda nbytes: mc.sync + self.target.streaming_cycles(nbytes * per_machine))
+        copy = (lambda nbytes: mc.sync + self.target.streaming_cycles(
+            ceil(nbytes / mc.layer_span) * per_machine))
         if m.phased:
             return sum(3 * copy(FLOAT * share(k)) + 2 * bool(self.opt.state_elements) *
                        copy(self.opt.state_bytes(share(k))) for k in phases)

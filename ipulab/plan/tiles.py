@@ -121,6 +121,9 @@ class Machine:
         self.far_sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         spread = mapping.replicas > 1 or self.layer_span > 1
         self.sync = self.far_sync if spread else target.sync_cycles("internal")
+        # a placed compute set knows when its exchange crosses IPUs (lowering.price)
+        self.own_sync = self.far_sync if mapping.replicas > 1 else \
+            target.sync_cycles("internal")
         self._plans: dict = {}
         self.addr = Addresses()          # element addresses of placed tensors (placed.py)
         self.dtype = HALF_TYPE if self.E == 2 else FLOAT_TYPE
@@ -310,7 +313,7 @@ class Ipu:
             self._capture.append(groups)
             return
         mc = self.mc
-        p = price(mc.graph, groups, mc.sync, mc.far_sync)
+        p = price(mc.graph, groups, mc.own_sync, mc.far_sync)
         self.superstep(name, p.cycles)
         T = mc.T
         self.buffers = np.maximum(self.buffers, p.buffers[:T])
