@@ -28,8 +28,9 @@ def avg_cnn():
 
 
 def simulated(model, device, **options):
-    """A trainer that has run one step, and (bytes of its fullest IPU, its seconds)."""
-    x, y, _, _ = data.digits()
+    """A trainer that has run one step (on digits, or token ids for a model of tokens),
+    and (bytes of its fullest IPU, its seconds)."""
+    x, y, _, _ = data.sort_tokens() if model.takes_tokens else data.digits()
     trainer = nn.Trainer(model, device, **options)
     n = trainer.global_batch_size
     trainer.fit(x[:n], y[:n], shuffle=False)
@@ -198,17 +199,6 @@ def gpt(norm_first: bool = True, dropout: float = 0.0, activation: str = "gelu",
                          nn.LayerNorm(64), nn.Linear(64, 64))
 
 
-def simulated_tokens(model, device, **options):
-    """A trainer of token ids that has run one step, and (bytes of its fullest IPU, seconds)."""
-    x, y, _, _ = data.sort_tokens()
-    trainer = nn.Trainer(model, device, **options)
-    n = trainer.global_batch_size
-    trainer.fit(x[:n], y[:n], shuffle=False)
-    p = trainer.profile()
-    return trainer, int(p.memory_total.reshape(p.num_ipus, -1).sum(axis=1).max()), \
-        float(p.total_seconds)
-
-
 GPT_GRID = [
     (nn.small_gpt, lambda: devices.ipu("bow", tiles_per_ipu=64), dict(batch_size=8)),
     (nn.small_gpt, lambda: devices.bow2000(), dict(replicas=4, batch_size=8,
@@ -230,7 +220,7 @@ def test_estimate_of_a_transformer_run_agrees_with_its_profile(make, device, opt
     """One IPU, a Bow-2000 in fp16, replicas spread over 4 IPUs, a pipeline, post-norm with
     Dropout and AdamW, ReLU without the causal mask and a replica over a whole Bow-2000."""
     model = make()
-    trainer, sim_bytes, sim_seconds = simulated_tokens(model, device(), **options)
+    trainer, sim_bytes, sim_seconds = simulated(model, device(), **options)
     spec = plan.spec_from_model(model, (32,))
     e = plan.estimate(spec, trainer.device, plan.mapping_from_config(trainer.config),
                       trainer.global_batch_size)
@@ -245,7 +235,7 @@ def test_ipulab_plan_gpt_agrees_with_the_simulated_ipu(capsys):
     doc = json.loads(capsys.readouterr().out)
     [m] = doc["mappings"]
     assert doc["model"] == "gpt" and doc["parameters"] == nn.small_gpt().num_parameters()
-    _, sim_bytes, sim_seconds = simulated_tokens(nn.small_gpt(), devices.ipu("bow"),
+    _, sim_bytes, sim_seconds = simulated(nn.small_gpt(), devices.ipu("bow"),
                                                  batch_size=16)
     assert_close(m["peak_bytes_per_ipu"], sim_bytes, "bytes of the fullest IPU")
     assert_close(m["step_seconds"], sim_seconds, "seconds of a step")
@@ -257,7 +247,8 @@ def test_ipulab_plan_gpt_agrees_with_the_simulated_ipu(capsys):
 
 
 def test_a_transformer_is_read_through_its_layers_cost_classes():
-    from ipulab.plan import layers, transformer
+    from ipulab.plan import layers
+    from ipulab.plan.transformer import EncoderLayer
     spec = plan.spec_from_model(nn.small_gpt(), (32,))
     kinds = [type(b).__name__ for b in spec.blocks]
     assert kinds == ["Embedding", "PositionalEmbedding", "EncoderLayer", "EncoderLayer",
@@ -267,7 +258,7 @@ def test_a_transformer_is_read_through_its_layers_cost_classes():
     assert {nn.Embedding, nn.PositionalEmbedding, nn.LayerNorm, nn.GELU,
             nn.MultiheadAttention, nn.TransformerEncoderLayer} <= set(layers.kinds())
     # the presets' encoder layers are the class nn's layers map to
-    assert isinstance(plan.bert_large().blocks[0], transformer.EncoderLayer)
+    assert isinstance(plan.bert_large().blocks[0], EncoderLayer)
     attention = plan.spec_from_model(nn.Sequential(nn.Embedding(10, 8),
                                                    nn.MultiheadAttention(8, 2, causal=True),
                                                    nn.GELU(), nn.Linear(8, 10)), (4,))

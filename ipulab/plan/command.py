@@ -24,7 +24,7 @@ from .optim import OPTIMIZERS
 from .runs import describe_run
 from .search import search
 from .spec import load_model, spec_from_model
-from .transformer import PRESETS
+from .presets import PRESETS
 
 def _cnn():
     from .. import nn

@@ -11,13 +11,15 @@ datatype comes later), per sample:
 
 and the layers the simulator runs (Layer and its kinds) also say what nn builds for them, op by
 op, into a tiles.Ipu (the small scale): forward(ipu, run, x) and backward(ipu, run, dy) take
-and give where the tensor flowing through lies (a tiles.Layout). `run` is the pass (step.Pass):
-the micro-batch's samples and index, training or evaluation, and what the mapping asks.
+and give where the tensor flowing through lies (a tiles.Layout; a placed.Placed for the layers
+of tokens.py and transformer.py), and weights_of names their weights for the update
+(update.py). `run` is the pass (step.Pass): the micro-batch's samples and index, training or
+evaluation, and what the mapping asks.
 
-Block is a block given by its counts alone (a transformer layer at full scale, or a stack of
-them for an exercise); CrossEntropyLoss is the loss the Trainer adds after the last layer;
-layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by nn's layer
-classes (a new layer kind is a new cost class and a line there).
+Here: Block (a block given by its counts alone: a transformer layer at full scale, or a stack
+of them for an exercise), the CNN's kinds (Conv2d, Linear, ReLU, Dropout, Flatten; pooling in
+pooling.py); layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by
+nn's layer classes (a new layer kind is a new cost class and a line there).
 """
 from __future__ import annotations
 
@@ -169,78 +171,6 @@ class Dropout(Map):
     so nn builds it a forward of its own); its gradient masked."""
 
     op, cost, train_only = "dropout", {"forward": (6, 3), "backward": (5, 3)}, True
-
-
-@dataclass(frozen=True)
-class Pool(Layer):
-    """Pooling (popnn.pooling): rows pooled where their input rows are, a vertex per worker's
-    rows and tile, both ways."""
-
-    geometry: tuple = ()        # (c, h, w, ho, wo, kh, kw, sh, sw, ph, pw)
-    op: ClassVar[str] = ""
-
-    def codelet(self, backward: bool):
-        """popnn's codelet of its forward or backward vertices."""
-        raise NotImplementedError
-
-    def window(self) -> list:
-        """Its geometry as the codelets read it (a constant on every tile it runs on)."""
-        from ..popnn.pooling import Window
-        c, h, w, ho, wo, kh, kw, sh, sw, ph, pw = self.geometry
-        return Window(1, c, h, w, kh, kw, sh, sw, ph, pw).geometry(self.op)
-
-    def run_ints(self, backward: bool) -> int:
-        """INTs of a vertex's runs constant: the first rows of its regions."""
-        return 2
-
-    def vertex_cycles(self, backward: bool, rows: int) -> int:
-        """The codelet's estimate (of its fields' sizes) for a vertex of `rows` rows (pooled
-        rows forward, input rows backward)."""
-        c, h, w, ho, wo = self.geometry[:5]
-        geo, runs = len(self.window()), self.run_ints(backward)
-        if backward:
-            pooled = ceil(rows * ho / h)
-            return self.codelet(True).cycle_estimate(geo, runs, grad=(pooled * wo,),
-                                                     out=(rows * w,))
-        return self.codelet(False).cycle_estimate(geo, runs, out=(rows * wo,))
-
-    def forward(self, ipu, run, x):
-        c, h, w, ho, wo = self.geometry[:5]
-        out = x.holding(x.elements * ho * wo // (h * w))
-        ipu.pool(self.key(f"{self.op}_pool"), out, out.elements // wo, False, self)
-        ipu.hold(("act", run.micro_batch, self.index), out.elements * ipu.mc.E)
-        return out
-
-    def backward(self, ipu, run, dy):
-        w = self.geometry[2]
-        dx = run.inputs[self.index]       # rows laid out like the forward's input
-        ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self,
-                 self.summed(ipu, dy))
-        return self.replaced(ipu, run, dx)
-
-
-class MaxPool2d(Pool):
-    """nn.MaxPool2d: its gradient to each window's first maximum (the input and the pooled
-    output read again; a third INT a run)."""
-
-    op = "max"
-
-    def codelet(self, backward: bool):
-        from ..popnn import poolcodelets as pc
-        return pc.MaxPoolGrad if backward else pc.MaxPool
-
-    def run_ints(self, backward: bool) -> int:
-        return 3 if backward else 2
-
-
-class AvgPool2d(Pool):
-    """nn.AvgPool2d: its gradient spread over each window."""
-
-    op = "avg"
-
-    def codelet(self, backward: bool):
-        from ..popnn import poolcodelets as pc
-        return pc.AvgPoolGrad if backward else pc.AvgPool
 
 
 @dataclass(frozen=True)
@@ -452,30 +382,6 @@ class Conv2d(Product):
         return self.params // ipu.mc.t * ipu.mc.E
 
 
-@dataclass(frozen=True)
-class CrossEntropyLoss(Block):
-    """The loss the Trainer puts after the last layer (popnn.calc_loss): softmax
-    cross-entropy of `classes` logits a sample, its gradient, the sums of the loss and of the
-    correct answers, their mean."""
-
-    classes: int = 0
-    simulated: ClassVar[bool] = True
-
-    @classmethod
-    def of(cls, classes: int) -> "CrossEntropyLoss":
-        return cls("loss", 0, 0, 0.0, classes, 2 * classes, 0, classes)
-
-    def forward(self, ipu, run, logits, key=None):
-        """Its ops on a micro-batch's logits (laid out as the last layer left them); the
-        gradient of the logits is held as key (in training)."""
-        ipu.softmax_cross_entropy("eval/loss" if key is None else "loss", run.n, self.classes,
-                                  logits)
-        if key is None:
-            ipu.arg_max(run.n)
-        else:
-            ipu.hold(key, logits.elements * ipu.mc.E)
-
-
 def _conv(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Conv2d:
     c, h, w = shape
     o, ho, wo = out
@@ -499,26 +405,18 @@ def linear_cost(name: str, fin: int, fout: int, tokens: int = 1, bias: bool = Tr
 
 def _linear(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
     if placed:
-        from .transformer import TokenLinear
+        from .tokens import TokenLinear
         return TokenLinear.of(layer.in_features, layer.out_features, math.prod(shape[:-1]),
                               bool(layer.bias), False, i, work, f"{i}.Linear")
     return linear_cost(f"{i}.Linear", layer.in_features, layer.out_features,
                        math.prod(shape[:-1]), bool(layer.bias), True, i, work)
 
 
-def _pool(cls, layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool:
-    (kh, kw_), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
-    n_in, n_out = math.prod(shape), math.prod(out)
-    return cls(f"{i}.{cls.__name__}", 0, 0, float(n_out * kh * kw_), n_in, n_in + n_out, 0, i,
-               (), work, geometry=(shape[0], shape[1], shape[2], out[1], out[2], kh, kw_, sh, sw,
-                                   ph, pw))
-
-
 def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False,
           placed: bool = False):
     n = math.prod(shape)
     if placed and not folded:
-        from .transformer import TokenReLU
+        from .tokens import TokenReLU
         return TokenReLU(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
     cls = FoldedReLU if folded else ReLU
     return cls(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
@@ -527,7 +425,7 @@ def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = Fal
 def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
     n = math.prod(shape)
     if placed:
-        from .transformer import TokenDropout
+        from .tokens import TokenDropout
         return TokenDropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work,
                             p=layer.p)
     return Dropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work)
@@ -535,7 +433,7 @@ def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = 
 
 def _view(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
     if placed:
-        from .transformer import TokenView
+        from .tokens import TokenView
         return TokenView(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
     return View(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
 
@@ -544,11 +442,12 @@ def kinds() -> dict:
     """nn's layer classes -> the function making their cost (imported on first use: nn
     builds graphs, which the full scale never needs)."""
     from .. import nn
-    from .transformer import (attention_of, embedding_of, encoder_layer_of, gelu_of,
-                              layer_norm_of, positional_embedding_of)
+    from .pooling import AvgPool2d, MaxPool2d, pool_of
+    from .tokens import embedding_of, gelu_of, layer_norm_of, positional_embedding_of
+    from .transformer import attention_of, encoder_layer_of
     return {nn.Conv2d: _conv, nn.Linear: _linear,
-            nn.MaxPool2d: functools.partial(_pool, MaxPool2d),
-            nn.AvgPool2d: functools.partial(_pool, AvgPool2d),
+            nn.MaxPool2d: functools.partial(pool_of, MaxPool2d),
+            nn.AvgPool2d: functools.partial(pool_of, AvgPool2d),
             nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view,
             nn.Embedding: embedding_of,
             nn.PositionalEmbedding: positional_embedding_of,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..machine.cost import compute_cost, exchange_cost
+from ..poplar import UNSIGNED_INT
 from ..poplar.vertices import ragged
 from .placed import VARIABLE_BITS, Placed
 
@@ -164,72 +165,82 @@ def price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     return _PRICED[key]
 
 
-def _price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
-    T = target.num_tiles
-    buffers = np.zeros(T, np.int64)
-    state = np.zeros(T, np.int64)
-    pre = ([], [], [], [])          # src tile, dst tile, bytes, source address
-    post = ([], [], [], [])
-    code = {}
-    cost = target.cost
-    size = {"scalar": cost.scalar_field_bytes, "vector": cost.vector_field_bytes,
-            "vector_list": cost.vector_field_bytes}
-    tiles_all, est_all, multi_all = [], [], []
-    shared: set = set()           # (tile, first address, length) of read-only buffers
-    for g in cs:
-        n = g.tiles.size
-        if not n:
-            continue
-        tiles_all.append(g.tiles), est_all.append(g.estimates)
-        multi_all.append(np.full(n, g.multi))
-        header = cost.vertex_header_bytes + sum(size[f.kind] for f in g.fields)
-        state += np.bincount(g.tiles, minlength=T) * header
+class _Staging:
+    """What a compute set's vertices and slots add up to before it is priced: per tile its
+    buffers, vertex state and codelets, and the element moves into buffers (pre) and back
+    (post)."""
+
+    def __init__(self, target):
+        self.T, self.cost = target.num_tiles, target.cost
+        self.buffers = np.zeros(self.T, np.int64)
+        self.state = np.zeros(self.T, np.int64)
+        self.pre, self.post = ([], [], [], []), ([], [], [], [])   # src, dst, bytes, address
+        self.code: dict = {}
+        self.shared: set = set()      # (tile, first address, length) of read-only buffers
+        self.vertices = ([], [], [])  # tiles, estimates, multi
+
+    def group(self, g: Group) -> None:
+        T, c = self.T, self.cost
+        size = {"scalar": c.scalar_field_bytes, "vector": c.vector_field_bytes,
+                "vector_list": c.vector_field_bytes}
+        for out, x in zip(self.vertices, (g.tiles, g.estimates, np.full(g.tiles.size, g.multi))):
+            out.append(x)
+        header = c.vertex_header_bytes + sum(size[f.kind] for f in g.fields)
+        self.state += np.bincount(g.tiles, minlength=T) * header
         mark = np.zeros(T, bool)
         mark[g.tiles] = True
-        code[g.codelet] = code.get(g.codelet, np.zeros(T, bool)) | mark
+        self.code[g.codelet] = self.code.get(g.codelet, np.zeros(T, bool)) | mark
         for f in g.fields:
-            tile, lengths, where, ids, slot, in_place, first = _slots(g, f, T)
-            if f.kind == "vector_list":
-                state += np.bincount(tile, minlength=T) * cost.vector_list_entry_bytes
-            need = ~in_place & (lengths > 0)
-            if f.reads and not f.writes:      # read-only copies of one region share a buffer
-                for s_ in np.flatnonzero(need):
-                    key = (int(tile[s_]), int(first[s_]), int(lengths[s_]))
-                    if key in shared:
-                        need[s_] = False
-                    shared.add(key)
-            buffers += np.bincount(tile[need], weights=lengths[need] * f.tensor.nbytes,
-                                   minlength=T).astype(np.int64)
-            moved = need[slot]
-            for wanted, out in ((f.reads, pre), (f.writes, post)):
-                if wanted and moved.any():
-                    src, dst = where[moved], tile[slot[moved]]
-                    if out is post:
-                        src, dst = dst, src
-                    out[0].append(src), out[1].append(dst)
-                    out[2].append(np.full(src.size, f.tensor.nbytes, np.int64))
-                    out[3].append(ids[moved] * f.tensor.nbytes)
-    phases = {}
-    ex_pre = _exchange(target, pre, T)
-    tiles_all = np.concatenate(tiles_all) if tiles_all else np.zeros(0, np.int64)
-    busy, _ = compute_cost(target, tiles_all, np.concatenate(est_all) if est_all else tiles_all,
-                           np.concatenate(multi_all) if multi_all else tiles_all.astype(bool))
+            self.field(g, f)
+
+    def field(self, g: Group, f: Field) -> None:
+        T = self.T
+        tile, lengths, where, ids, slot, in_place, first = _slots(g, f, T)
+        if f.kind == "vector_list":
+            self.state += np.bincount(tile, minlength=T) * self.cost.vector_list_entry_bytes
+        need = ~in_place & (lengths > 0)
+        if f.reads and not f.writes:      # read-only copies of one region share a buffer
+            for s in np.flatnonzero(need):
+                key = (int(tile[s]), int(first[s]), int(lengths[s]))
+                need[s] = key not in self.shared
+                self.shared.add(key)
+        self.buffers += np.bincount(tile[need], weights=lengths[need] * f.tensor.nbytes,
+                                    minlength=T).astype(np.int64)
+        moved = need[slot]
+        for wanted, out in ((f.reads, self.pre), (f.writes, self.post)):
+            if wanted and moved.any():
+                src, dst = where[moved], tile[slot[moved]]
+                if out is self.post:
+                    src, dst = dst, src
+                out[0].append(src), out[1].append(dst)
+                out[2].append(np.full(src.size, f.tensor.nbytes, np.int64))
+                out[3].append(ids[moved] * f.tensor.nbytes)
+
+
+def _price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
+    T = target.num_tiles
+    st = _Staging(target)
+    for g in cs:
+        if g.tiles.size:
+            st.group(g)
+    tiles, est, multi = (np.concatenate(x) if x else np.zeros(0, np.int64)
+                         for x in st.vertices)
+    ex_pre = _exchange(target, st.pre, T)
+    busy, _ = compute_cost(target, tiles, est, multi.astype(bool))
     compute = busy + ex_pre["on_tile_copy"]
-    phases["exchange"] = int(ex_pre["exchange"].max(initial=0))
-    phases["inter_ipu_exchange"] = int(ex_pre["inter_ipu_exchange"].max(initial=0))
-    phases["compute"] = int(compute.max(initial=0))
+    phases = {"exchange": int(ex_pre["exchange"].max(initial=0)),
+              "inter_ipu_exchange": int(ex_pre["inter_ipu_exchange"].max(initial=0)),
+              "compute": int(compute.max(initial=0))}
     crosses = (lambda ex: far_sync if ex["inter_ipu_exchange"].any() else sync)
     cycles = crosses(ex_pre) + sum(phases.values())
     active = (ex_pre["exchange"] > 0) | (ex_pre["inter_ipu_exchange"] > 0) | (compute > 0)
-    if post[0]:
-        ex_post = _exchange(target, post, T)
-        back = (int(ex_post["exchange"].max(initial=0))
-                + int(ex_post["inter_ipu_exchange"].max(initial=0))
-                + int(ex_post["on_tile_copy"].max(initial=0)))
-        cycles += crosses(ex_post) + back
-        phases["post"] = crosses(ex_post) + back
+    if st.post[0]:
+        ex_post = _exchange(target, st.post, T)
+        phases["post"] = crosses(ex_post) + sum(int(ex_post[k].max(initial=0)) for k in (
+            "exchange", "inter_ipu_exchange", "on_tile_copy"))
+        cycles += phases["post"]
         active |= (ex_post["exchange"] > 0) | (ex_post["on_tile_copy"] > 0)
-    return Priced(int(cycles), buffers, state, code, active, phases)
+    return Priced(int(cycles), st.buffers, st.state, st.code, active, phases)
 
 
 def _exchange(target, moves, T: int) -> dict:
@@ -246,3 +257,71 @@ def _exchange(target, moves, T: int) -> dict:
     first = np.flatnonzero(new)
     length = np.diff(np.append(first, src.size))
     return exchange_cost(target, src[first], dst[first], nbytes[first] * length, start[first])
+
+
+class Placing:
+    """What an Ipu (tiles.py) does with placed tensors: their compute sets (price), side by
+    side as poplar.parallel merges them, and the constants the libraries add."""
+
+    def side_by_side(self, name: str, programs) -> None:
+        """poplar.parallel: programs (callables adding compute sets) run side by side, the
+        k-th compute set of each merged into one ('<name>/<k>')."""
+        captured = []
+        for build in programs:
+            self._capture = []
+            build()
+            captured.append(self._capture)
+        self._capture = None
+        for k in range(max((len(c) for c in captured), default=0)):
+            self.execute(f"{name}/{k}", [g for c in captured if k < len(c) for g in c[k]])
+
+    def repeat_last(self, times: int) -> None:
+        """The last superstep runs `times` times in all (a compute set in a loop)."""
+        if self.clock and times > 1:
+            self.clock.extend([self.clock[-1]] * (times - 1))
+
+    def execute(self, name: str, groups: list[Group]) -> None:
+        """A compute set of placed tensors (lowering.price): its superstep, exchange
+        buffers, vertex state, code and control code on this IPU's tiles."""
+        if self._capture is not None:
+            self._capture.append(groups)
+            return
+        mc = self.mc
+        p = price(mc.graph, groups, mc.own_sync, mc.far_sync)
+        self.superstep(name, p.cycles)
+        T = mc.T
+        self.buffers = np.maximum(self.buffers, p.buffers[:T])
+        self.state += int(p.state[:T].sum())
+        for codelet, tiles in p.code.items():
+            self.code_tiles[codelet] = self.code_tiles.get(codelet, np.zeros(T, bool)) | \
+                tiles[:T]
+        self.steps += int(p.active[:T].sum())
+
+    def _constant(self, t: Placed) -> Placed:
+        per = t.bytes_on(self.mc.T, self.cost.alignment)
+        self.constants += int(per.sum())
+        return t
+
+    def new_constant(self, tiles, values: int, dtype) -> Placed:
+        """poputil.tile_constant: `values` elements on each of the tiles."""
+        return self._constant(self.mc.addr.on_tiles(tiles, values, dtype))
+
+    def vertex_constant(self, tiles, sizes, dtype) -> Placed:
+        """poputil.vertex_constants: sizes[v] elements for vertex v, on its tile (flat)."""
+        sizes = np.asarray(sizes, np.int64)
+        return self._constant(self.mc.addr.new((int(sizes.sum()),),
+                                               np.repeat(np.asarray(tiles, np.int64), sizes),
+                                               dtype))
+
+    def seed(self) -> Placed:
+        """The step's dropout seed: UNSIGNED_INT [2] on tile 0."""
+        return self.mc.once("seed", lambda: self.mc.addr.new((2,), np.zeros(2, np.int64),
+                                                               UNSIGNED_INT))
+
+    def shared_constant(self, shape, dtype) -> Placed:
+        """poputil.shared_constant: one per shape and type on the graph, mapped linearly."""
+        key = ("shared", tuple(shape), dtype.name)
+        if key not in self.shared_placed:
+            self.shared_placed[key] = self._constant(
+                self.mc.addr.linear(shape, dtype, self.mc.graph.num_tiles))
+        return self.shared_placed[key]

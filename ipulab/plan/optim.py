@@ -112,13 +112,13 @@ class Optimizer:
     def _norms(self, ipu, t, sizes, ring) -> None:
         """LAMB: per tensor the sums of squares of w and u (side by side), the trust ratios,
         the update of each tensor (side by side)."""
-        from . import ops
+        from . import ops, reductions
         from .placed import concat
         offsets = np.cumsum([0, *sizes[:-1]])
         w, u = t["w"], t["u"]
         sums = []
         ipu.side_by_side(f"{self.name}/norms", [
-            (lambda o=o, n=n: sums.append(ops.reduce_inner(
+            (lambda o=o, n=n: sums.append(reductions.reduce_inner(
                 ipu, f"{self.name}/norms", concat([w[o:o + n].reshape((1, n)),
                                                    u[o:o + n].reshape((1, n))]), square=True)))
             for o, n in zip(offsets, sizes)])

@@ -16,8 +16,9 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 from ..errors import PlanError
-from .layers import Block, CrossEntropyLoss, layers_of
-from .transformer import PRESETS, TokenLoss, transformer
+from .layers import Block, layers_of
+from .loss import CrossEntropyLoss, TokenLoss
+from .presets import PRESETS, transformer
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from itertools import zip_longest
 import math
 from math import ceil
 
-import numpy as np
 
 from .optim import optimizer_cost
 from .update import update_placed

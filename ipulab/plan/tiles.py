@@ -38,10 +38,10 @@ from ..poplin.codelets import MatMulBlock, ReducePartials, ReducePartialsAcc
 from ..popnn.argmax import ArgMaxRows
 from ..popnn.loss import SoftmaxCrossEntropy
 from ..popops.mapcodelet import ENTRY_CYCLES, VECTOR_WIDTH
-from ..poplar import FLOAT as FLOAT_TYPE, HALF as HALF_TYPE, UNSIGNED_INT as UNSIGNED_INT_TYPE
+from ..poplar import FLOAT as FLOAT_TYPE, HALF as HALF_TYPE
 from ..poputil.tile_mapping import MIN_BYTES_PER_TILE, VECTOR_BYTES
 from ..target import Target
-from .lowering import Group, price
+from .lowering import Placing
 from .placed import Addresses, Placed
 
 FLOAT = 4
@@ -175,7 +175,7 @@ class Machine:
         return max(1, VECTOR_BYTES // (nbytes or self.E))
 
 
-class Ipu:
+class Ipu(Placing):
     """One IPU's step: its supersteps (into `clock`, a list of (name, cycles), when one is
     set), the bytes of code, constants, vertex state and exchange buffers of what is built on
     it, and the liveness of its variables."""
@@ -287,70 +287,6 @@ class Ipu:
             for nbytes, k, _ in self.held.values():
                 self.at_peak[k] = self.at_peak.get(k, 0) + nbytes
             self.at_peak[kind] = self.at_peak.get(kind, 0) + extra
-
-    # --- placed tensors: compute sets and constants -----------------------------------------
-    def side_by_side(self, name: str, programs) -> None:
-        """poplar.parallel: programs (callables adding compute sets) run side by side, the
-        k-th compute set of each merged into one ('<name>/<k>')."""
-        captured = []
-        for build in programs:
-            self._capture = []
-            build()
-            captured.append(self._capture)
-        self._capture = None
-        for k in range(max((len(c) for c in captured), default=0)):
-            self.execute(f"{name}/{k}", [g for c in captured if k < len(c) for g in c[k]])
-
-    def repeat_last(self, times: int) -> None:
-        """The last superstep runs `times` times in all (a compute set in a loop)."""
-        if self.clock and times > 1:
-            self.clock.extend([self.clock[-1]] * (times - 1))
-
-    def execute(self, name: str, groups: list[Group]) -> None:
-        """A compute set of placed tensors (lowering.price): its superstep, exchange
-        buffers, vertex state, code and control code on this IPU's tiles."""
-        if self._capture is not None:
-            self._capture.append(groups)
-            return
-        mc = self.mc
-        p = price(mc.graph, groups, mc.own_sync, mc.far_sync)
-        self.superstep(name, p.cycles)
-        T = mc.T
-        self.buffers = np.maximum(self.buffers, p.buffers[:T])
-        self.state += int(p.state[:T].sum())
-        for codelet, tiles in p.code.items():
-            self.code_tiles[codelet] = self.code_tiles.get(codelet, np.zeros(T, bool)) | \
-                tiles[:T]
-        self.steps += int(p.active[:T].sum())
-
-    def _constant(self, t: Placed) -> Placed:
-        per = t.bytes_on(self.mc.T, self.cost.alignment)
-        self.constants += int(per.sum())
-        return t
-
-    def new_constant(self, tiles, values: int, dtype) -> Placed:
-        """poputil.tile_constant: `values` elements on each of the tiles."""
-        return self._constant(self.mc.addr.on_tiles(tiles, values, dtype))
-
-    def vertex_constant(self, tiles, sizes, dtype) -> Placed:
-        """poputil.vertex_constants: sizes[v] elements for vertex v, on its tile (flat)."""
-        sizes = np.asarray(sizes, np.int64)
-        return self._constant(self.mc.addr.new((int(sizes.sum()),),
-                                               np.repeat(np.asarray(tiles, np.int64), sizes),
-                                               dtype))
-
-    def seed(self) -> Placed:
-        """The step's dropout seed: UNSIGNED_INT [2] on tile 0."""
-        return self.mc.once("seed", lambda: self.mc.addr.new((2,), np.zeros(2, np.int64),
-                                                               UNSIGNED_INT_TYPE))
-
-    def shared_constant(self, shape, dtype) -> Placed:
-        """poputil.shared_constant: one per shape and type on the graph, mapped linearly."""
-        key = ("shared", tuple(shape), dtype.name)
-        if key not in self.shared_placed:
-            self.shared_placed[key] = self._constant(
-                self.mc.addr.linear(shape, dtype, self.mc.graph.num_tiles))
-        return self.shared_placed[key]
 
     # --- ops -------------------------------------------------------------------------------
     def product(self, name: str, m: int, k: int, n: int, window: int = 1,
