@@ -5,11 +5,9 @@
                 --mapping "p=4,layers=3/7/7/7,r=4,state=off-chip" --json
     ipulab plan --model gpt3-175b --system pod256 --mapping "t=8x8,r=4,rts,phases=96"
 
-The course's models that nn builds are here too (read by spec_from_model on first use: `ipulab`
-starts without nn): cnn, and gpt (alias small-gpt) for nn.small_gpt(). The cli (top floor)
-hands in what this floor cannot make: the report's figures (viz). Exit 0 with a table or JSON;
-2 with one line on stderr for input that cannot be (PlanError: t·p·r, powers of two, GA,
-phases, model dimensions).
+The cli (top floor) hands in what this floor cannot make: extra models (the course CNN, built
+with nn) and the report's figures (viz). Exit 0 with a table or JSON; 2 with one line on stderr
+for input that cannot be (PlanError: t·p·r, powers of two, GA, phases, model dimensions).
 """
 from __future__ import annotations
 
@@ -26,6 +24,8 @@ from .search import search
 from .spec import load_model, spec_from_model
 from .presets import PRESETS
 
+# the course's models nn builds (read by spec_from_model on first use: `ipulab` starts
+# without nn); the cli's own, if it hands some in, take their place
 def _cnn():
     from .. import nn
     return spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
@@ -91,7 +91,7 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     doc = {"model": spec.name, "system": system.name, "parameters": spec.parameters,
            "optimizer": optimizer, "precision": args.precision,
            "sram_bytes_per_ipu": found[0].sram_bytes,
-           "assumptions": list(next((e.assumptions for e in found if e.assumptions), ())),
+           "assumptions": list(dict.fromkeys(a for e in found for a in e.assumptions)),
            "mappings": [e.to_dict() for e in found]}
     return doc, found
 

@@ -22,7 +22,6 @@ from ..errors import PlanError
 from ..target import Target
 from .fullscale import ASSUMPTIONS, full_scale
 from .mapping import Mapping, is_power_of_two
-from .optim import optimizer_cost
 
 MB = 2**20
 CHECKED = ("the cycle model, checked against the simulator (bytes of the fullest IPU and "
@@ -131,10 +130,7 @@ def _small_scale(spec, target, m) -> tuple[list, dict, tuple]:
     memory = [{"kinds": kinds, "total": sum(kinds.values()), "streaming": streamed}
               for kinds, streamed in zip(found["stages"], found["streaming"])]
     times = {k: v / target.clock_hz for k, v in found["cycle_parts"].items()}
-    notes = (CHECKED,) + (() if optimizer_cost(m.optimizer, m.momentum).simulated else (
-        f"the {m.optimizer} update's maps follow its arithmetic, not yet checked against the "
-        "simulator",))
-    return memory, times, notes
+    return memory, times, (CHECKED,)
 
 
 def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
@@ -150,7 +146,9 @@ def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) ->
     if spec.simulated:
         memory, times, notes = _small_scale(spec, target, m)
     else:
-        (memory, times), notes = full_scale(spec, target, m), ASSUMPTIONS
+        from .fullscale import TENSOR_ASSUMPTION
+        (memory, times), notes = full_scale(spec, target, m), \
+            ASSUMPTIONS + (TENSOR_ASSUMPTION,) * (m.t > 1)
     peak_stage = max(range(m.pipeline), key=lambda s: memory[s]["total"])
     peak = memory[peak_stage]["total"]
     stream = max(x["streaming"] for x in memory)

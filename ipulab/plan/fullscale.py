@@ -58,6 +58,10 @@ ASSUMPTIONS = (
     "compute at 25 % of peak FLOPs, the update at 25 % of SRAM bandwidth, assumed",
     "fp16 weights without an fp32 master copy (stochastic rounding, as Graphcore trains "
     "BERT); activations as Korthikanti et al. 2022")
+# a mapping with t > 1 rests on this too: nn does not shard transformer layers yet, so the
+# simulator cannot check it at small scale
+TENSOR_ASSUMPTION = ("tensor sharding as Megatron (1-D) and Graphcore's PopXL GPT-3 (2-D) "
+                     "shard a layer, assumed (not yet checked against the simulator)")
 
 
 def stage_blocks(spec, stages, s: int) -> list:

@@ -59,7 +59,6 @@ class Optimizer:
     momentum: bool = True
     half: bool = False
     decay: bool = False
-    simulated: bool = True
 
     @property
     def groups(self) -> tuple:

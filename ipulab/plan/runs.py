@@ -39,8 +39,7 @@ def mapping_from_config(config) -> Mapping:
                         precision=config.precision, optimizer=config.optimizer,
                         momentum=config.momentum > 0, recompute=config.recompute,
                         rts=config.rts, optimizer_state=config.optimizer_state, phases=phases,
-                        strict=False, weight_decay=None if getattr(config, "weight_decay", None)
-                        is None else config.weight_decay > 0)
+                        strict=False)
 
 
 def _as_mapping(run) -> Mapping:
