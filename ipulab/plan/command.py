@@ -58,9 +58,9 @@ def add_parser(subparsers):
                    help="samples per optimizer step: micro_batch_size × r × micro_batches "
                    "(default: the model's published one)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="sgd (with momentum for a transformer: one fp32 state a weight; "
-                   "for the cnn nn.Trainer's default, without), adam, adamw (two fp32 "
-                   "moments) or lamb (default: lamb for a transformer, sgd for the cnn)")
+                   help="sgd (with momentum for a transformer preset: one fp32 state a "
+                   "weight; for cnn and gpt nn.Trainer's default, without), adam, adamw (two "
+                   "fp32 moments) or lamb (default: lamb for a preset, sgd for cnn and gpt)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp16")
     p.add_argument("--mapping", default=None, metavar="K=V,...",
                    help="e.g. 'p=4,layers=3/7/7/7,r=4,state=off-chip' or "
