@@ -13,8 +13,10 @@ lab: $(STAMP)
 	$(VENV)/bin/ipulab course workspace
 	$(VENV)/bin/ipulab lab
 
+# Two workers (pytest-xdist), each notebook (and each test file) whole on one of them.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The benchmarks compare a training step with PyTorch's on the CPU (the bench extra, once;
 # pip takes a CPU-only build where it finds one, e.g. PIP_FIND_LINKS or PyTorch's CPU index).

@@ -76,6 +76,8 @@ RUNS = {
                      dict(batch_size=8, phases=3, momentum=0.9)),
     "mlp dropout pod16": (_mlp, lambda: ipulab.devices.pod(16, tiles_per_ipu=8),
                           dict(replicas=16, batch_size=4, lr=0.05)),
+    "cnn pod16 full 16x16 momentum": (nn.default_cnn, ipulab.devices.pod16,
+                                      dict(replicas=16, batch_size=16, lr=0.1, momentum=0.9)),
     "mlp tp2 pipeline r2 pod16": (_mlp, lambda: ipulab.devices.pod(16, tiles_per_ipu=8),
                                   dict(replicas=2, batch_size=8, tensor_parallel=2,
                                        pipeline=[3], micro_batches=2)),
@@ -126,8 +128,20 @@ def run_operations() -> dict:
             "profile": _profile_digest(e.profile())}
 
 
+def run_dot_compute_set(n_vertices: int = 5888, n: int = 256) -> dict:
+    """benchmarks/foundation.py's compute set: one vertex per row, dot products in float32
+    in index order, on a Bow-2000 (an unreplicated graph of many vertices)."""
+    from foundation import dot_engine
+    e = dot_engine(n_vertices=n_vertices, n=n, tile_step=7, shift=1)
+    rng = np.random.default_rng(3)
+    e.write_tensor("a", rng.standard_normal((n_vertices, n), dtype=np.float32))
+    e.write_tensor("b", rng.standard_normal((n_vertices, n), dtype=np.float32))
+    e.run()
+    return {"results": _digest(e.read_tensor("out")), "profile": _profile_digest(e.profile())}
+
+
 def fingerprint() -> dict:
-    out = {"operations": run_operations()}
+    out = {"operations": run_operations(), "dot compute set": run_dot_compute_set()}
     for name in RUNS:
         out[name] = run_training(name)
     return out
@@ -146,10 +160,14 @@ def main(argv=None) -> int:
     if args.compare:
         with open(args.compare) as f:
             old = json.load(f)
-        changed = [k for k in sorted(set(old) | set(fp)) if old.get(k) != fp.get(k)]
+        new = sorted(set(fp) - set(old))       # runs added since that file was saved
+        changed = [k for k in sorted(old) if old.get(k) != fp.get(k)]
         for k in changed:
             print(f"CHANGED {k}:\n  before {old.get(k)}\n  after  {fp.get(k)}")
-        print(f"{len(fp) - len(changed)} of {len(fp)} runs bit-identical")
+        compared = len(old)
+        print(f"{compared - len(changed)} of {compared} runs bit-identical"
+              + (f" ({len(new)} more run(s) not in {args.compare}: {', '.join(new)})"
+                 if new else ""))
         return 1 if changed else 0
     if not args.save:
         print(text)

@@ -50,7 +50,11 @@ def best_of(fn, repeat: int = 5) -> float:
     return min(times)
 
 
-def bench_compute_set(codelet=Dot, n_vertices: int = 5888, n: int = 256):
+def dot_engine(codelet=Dot, n_vertices: int = 5888, n: int = 256, tile_step: int = 1,
+               shift: int = 0) -> poplar.Engine:
+    """A loaded Bow-2000 engine of one compute set: vertex v, on tile tile_step * v (mod the
+    tiles, with row v of a, b and out), computes out[v] = a[v] . b[(v + shift) % n_vertices]
+    (shift > 0: b's rows cross the exchange)."""
     dev = ipulab.devices.bow2000()
     g = poplar.Graph(dev.target)
     a = g.add_variable(poplar.FLOAT, [n_vertices, n], "a")
@@ -58,13 +62,19 @@ def bench_compute_set(codelet=Dot, n_vertices: int = 5888, n: int = 256):
     out = g.add_variable(poplar.FLOAT, [n_vertices], "out")
     cs = g.add_compute_set("dot")
     for v in range(n_vertices):
-        tile = v % dev.target.num_tiles
+        tile = (tile_step * v) % dev.target.num_tiles
         for t in (a[v], b[v], out[v]):
             g.set_tile_mapping(t, tile)
-        g.add_vertex(cs, codelet, {"a": a[v], "b": b[v], "out": out[v]}, tile=tile)
+        g.add_vertex(cs, codelet, {"a": a[v], "b": b[(v + shift) % n_vertices],
+                                   "out": out[v]}, tile=tile)
     g.create_host_write("a", a), g.create_host_write("b", b), g.create_host_read("out", out)
     e = poplar.Engine(g, prog.Execute(cs))
     e.load(dev)
+    return e
+
+
+def bench_compute_set(codelet=Dot, n_vertices: int = 5888, n: int = 256):
+    e = dot_engine(codelet, n_vertices, n)
     rng = np.random.default_rng(0)
     ha = rng.standard_normal((n_vertices, n), dtype=np.float32)
     hb = rng.standard_normal((n_vertices, n), dtype=np.float32)
@@ -151,7 +161,7 @@ def main() -> list[tuple]:
     for codelet, label in ((Dot, "strict order"), (DotSimd, "fastmath codelet")):
         t_sim, t_np, t_py = bench_compute_set(codelet)
         rows.append((f"compute set: 5,888 vertices x dot(256), {label}", f"{t_sim * 1e3:.2f} ms",
-                     f"{t_sim / t_np:.2f}x numpy", "<= 2x numpy", t_sim / t_np <= 2))
+                     f"{t_sim / t_np:.2f}x numpy", "<= 1x numpy", t_sim / t_np <= 1))
         rows.append(("  vs per-vertex Python loop", f"{t_py * 1e3:.0f} ms",
                      f"{t_py / t_sim:.0f}x faster", ">= 50x faster", t_py / t_sim >= 50))
     t_sim, t_np, t_compile, profile = bench_exchange()

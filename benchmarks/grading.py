@@ -19,9 +19,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ipulab.course.build import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION
-from ipulab.course.classgrade import Progress, discover, grade_class
-from ipulab.course.gradebook import Gradebook
+from ipulab.course.questions.build import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION
+from ipulab.course.grading.class_grader import ProgressLine, grade_class
+from ipulab.course.grading.discovery import discover
+from ipulab.course.grading.gradebook import Gradebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ("01_one_tile.ipynb", "02_bsp_supersteps.ipynb")
@@ -113,7 +114,7 @@ def grade_once(folder: Path, workers: int, timeout: float) -> tuple[float, Count
     with tempfile.TemporaryDirectory() as tmp, Gradebook(Path(tmp) / "gb.sqlite") as book:
         start = time.perf_counter()
         run = grade_class(found, book, workers=workers, timeout=timeout,
-                          progress=Progress(len(found)))
+                          progress=ProgressLine(len(found)))
         seconds = time.perf_counter() - start
         assert run.graded + run.refused + run.lost == len(found), run
         return seconds, Counter(r["status"] for r in book.rows())

@@ -32,13 +32,17 @@ if __name__ == "__main__":
     import plan_crosscheck
     import poplibs
     import speed
+    import step
     import training
+    import views
     print_table("Foundation (issue 2)", foundation.main())
     print_table("PopLibs (issue 4)", poplibs.main())
     targets, scaling = training.main()
     print_table("Training (issue 5)", targets)
     print_columns("Training: cost from 1 to 16 IPUs (one replica of 16 per IPU)", scaling)
-    print_table("Speed: waiting for a graph (issue 11)", speed.main())
+    print_table("Speed: waiting for a graph (issues 11, 23)", speed.main())
+    print_table("A training step against PyTorch (issue 23)", step.main())
+    print_table("Views of a Bow-2000 (issues 3, 23)", views.main())
     plan_crosscheck.main()
     print_table("Grading a class (issue 12; 200 notebooks: about 20 minutes)",
                 grading.main(quick="--quick" in sys.argv))

@@ -276,7 +276,10 @@ def pod(num_ipus: int, chip: Chip = bow) -> System:
                   ipus_per_rack=POD_RACK if num_ipus > POD_RACK else 0)
 
 
-SYSTEMS.update({f"pod{n}": pod(n) for n in (16, 64, 128, 256)})
+# The Pods of the datasheets: powers of two from 16 to 256 IPUs [IPU_FACTS, Pods], of
+# Bow-2000s (podN) and of IPU-M2000s (m2000-podN). Bigger ones are built with pod(n).
+POD_SIZES = (16, 32, 64, 128, 256)
+SYSTEMS.update({s.name: s for chip in (bow, ipu2) for s in (pod(n, chip) for n in POD_SIZES)})
 
 
 def system_for(chip: Chip, num_ipus: int) -> System:

@@ -44,16 +44,28 @@ class IPUModel:
 
 # Other names for systems, accepted wherever a system is named (and listed by `ipulab info`).
 ALIASES = {"ipu": "bow"}
+# The one vocabulary of systems: what `ipulab info` lists and `train`, `plan`, `vipu init`
+# and the APIs accept (pod512 is none: Pods go from 16 to 256 IPUs).
 SYSTEM_NAMES = tuple(arch.SYSTEMS) + tuple(ALIASES)
+
+
+def find_system(name: str) -> arch.System:
+    """The arch.System of a name of SYSTEM_NAMES (an alias included); else GraphError
+    naming them all (and, for a podN, the rule of Pod sizes)."""
+    if name in SYSTEM_NAMES:
+        return arch.SYSTEMS[ALIASES.get(name, name)]
+    rule = ""
+    if isinstance(name, str) and name.removeprefix("m2000-").startswith("pod"):
+        sizes = ", ".join(str(n) for n in arch.POD_SIZES)
+        rule = f": a Pod's size is a power of two from 16 to 256 IPUs ({sizes})"
+    raise GraphError(f"unknown system {name!r}{rule}; choose one of {', '.join(SYSTEM_NAMES)}")
 
 
 def system(name: str, tiles_per_ipu: int | None = None) -> Device:
     """The named system of ipulab.arch (`ipulab info` lists them: ipu1, ipu2, bow, c2, m2000,
     bow2000, pod16, ...; "ipu" is one Bow IPU), optionally with fewer tiles per IPU."""
-    if name not in SYSTEM_NAMES:
-        raise GraphError(f"unknown system {name!r}; choose one of {', '.join(SYSTEM_NAMES)}")
-    s = arch.SYSTEMS[ALIASES.get(name, name)]
-    return Device(Target(s.chip, s.num_ipus, tiles_per_ipu))
+    s = find_system(name)
+    return Device(Target(s.chip, s.num_ipus, tiles_per_ipu, system=s))
 
 
 def ipu(arch_name: str = "ipu2", tiles_per_ipu: int | None = None) -> Device:

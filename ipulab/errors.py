@@ -103,6 +103,16 @@ class StateError(VipuError):
     left as it was."""
 
 
+class AdminOnlyError(VipuError):
+    """On a shared Pod (`ipulab vipu serve`), a request only its administrator may make: init,
+    or a partition created for another user."""
+
+
+class VipuServerError(VipuError):
+    """The V-IPU server cannot be reached, cannot start (its socket is live, or not a
+    socket), or broke its protocol; or a request to it was malformed."""
+
+
 class PartitionError(VipuError, GraphError):
     """Isolation: a program or device of one partition touched another partition's IPUs,
     streams or buffers, or ran on a partition that has been removed."""

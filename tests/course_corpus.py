@@ -589,7 +589,7 @@ wrong("ex11.place", WRONG_VALUE, "everything in the first allocation",
 
 _OUTCOMES = {"six": "PartitionSizeError", "eight": "NoFreeIpusError", "four": "created",
              "theirs": "AllocationError", "again": "PartitionNameError",
-             "remove": "PartitionOwnerError", "whole pod": "AllocationError"}
+             "remove": "UnknownPartitionError", "whole pod": "AllocationError"}
 wrong("ex11.refusal", MISCONCEPTION, "16 IPUs read as a bad size",
       "1 of 7 outcomes differ", "'whole pod': you said PartitionSizeError, the controller says "
       "AllocationError", "cannot span allocations")({**_OUTCOMES, "whole pod": "PartitionSizeError"})
@@ -605,7 +605,15 @@ wrong("ex11.schedule", MISCONCEPTION, "the FIFO schedule", "that is the FIFO sch
 wrong("ex11.schedule", MISCONCEPTION, "backfills a job past the head's reservation",
       "J5: you said 50", "cannot start at 50", "J3's reservation")({**_STARTS, "J5": 50})
 wrong("ex11.schedule", OFF_BY_ONE, "J6 when it arrives, before J1 has ended",
-      "J6: you said 40", "cannot start at 40")({**_STARTS, "J6": 40})
+      "J6: you said 40", "cannot start at 40", "J1, J2 and J4 hold 14 of the 16 IPUs",
+      "it needs 8")({**_STARTS, "J6": 40})
+wrong("ex11.schedule", MISCONCEPTION, "the head job when J1 ends, as if J2 were not there",
+      "J3: you said 60", "cannot start at 60", "J2 holds 4 of the 16 IPUs (until 120)",
+      "it needs 16")({**_STARTS, "J3": 60})
+wrong("ex11.schedule", MISCONCEPTION, "J5 on the IPUs that J3 holds",
+      "J5: you said 130", "J3 holds 16 of the 16 IPUs (until 150)")({**_STARTS, "J5": 130})
+wrong("ex11.schedule", OFF_BY_ONE, "J5 after J3 and a wait for nothing",
+      "J5: you said 160", "it can start earlier: at 150", "16 IPUs are free for its 4")({**_STARTS, "J5": 160})
 wrong("ex11.min_wait", TOO_SLOW, "first come, first served", "too slow", "2.21× par",
       "the longest wait")({"policy": "fifo"})
 wrong("ex11.min_wait", TOO_SLOW, "backfill alone", "too slow", "1.81× par")({"policy": "backfill"})

@@ -1,4 +1,4 @@
-"""A stand-in for ipulab.course.judge.grade_submission in the class grading tests: fast, no
+"""A stand-in for ipulab.course.grading.watchdog.grade_submission in the class grading tests: fast, no
 sandbox. What it answers is read from the notebook's metadata["fake"]; it lives at module
 level so that dask's worker processes can import it."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from ipulab.course.judge import SubmissionResult, Verdict
-from ipulab.course.registry import questions, set_for_notebook
+from ipulab.course.grading.watchdog import SubmissionResult, Verdict
+from ipulab.course.questions.registry import questions, set_for_notebook
 
 
 def write_notebook(path, set_id: str | None = "ex01", **fake) -> Path:

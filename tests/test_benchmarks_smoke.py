@@ -9,7 +9,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import foundation  # noqa: E402
 import speed  # noqa: E402
+import step  # noqa: E402
 import training  # noqa: E402
+import views  # noqa: E402
 
 
 def test_compute_set_benchmark_runs_and_checks_results():
@@ -47,3 +49,20 @@ def test_speed_benchmark_runs():
     rows = speed.main(quick=True)
     assert [r[0].strip().split()[0] for r in rows] == ["build", "one", "the", "in", "tutorial"]
     assert all(r[1] for r in rows)
+
+
+def test_step_benchmark_runs_side_by_side():
+    """Both systems at 8 tiles per IPU, a round of two steps each, against PyTorch (or
+    without it): every row filled in."""
+    rows = step.main(quick=True)
+    assert [r[0].split(",")[-1].strip() for r in rows[:2]] == ["4 replicas x 16",
+                                                              "16 replicas x 16"]
+    assert all("x " in r[2] for r in rows[:2]) and rows[2][0].strip().startswith("per image")
+
+
+def test_views_benchmark_times_every_view():
+    """Every figure, widget and dashboard tab of a (small) Bow-2000, and the drive."""
+    rows = views.main(quick=True)
+    names = [r[0] for r in rows]
+    assert len(names) == 6 + 4 + 4 + 1 and names[-1].startswith("the widgets driven")
+    assert all(r[1].endswith(" ms") for r in rows)

@@ -1,20 +1,26 @@
 """`ipulab course grade`: finding a class's notebooks, the gradebook (transactions, resuming,
 CSV, feedback pages), dask's workers (one dying, every one dying) and the command line. The
 judge is tests/fake_grader.py: fast, no sandbox."""
+import contextlib
 import csv
 import hashlib
 import json
 import os
+import re
+import socket
 import sqlite3
+import stat
+import warnings
 
 import pytest
 
 from fake_grader import grade, write_notebook
 from ipulab import cli
-from ipulab.course import classgrade
-from ipulab.course.classgrade import discover, grade_class
-from ipulab.course.gradebook import COLUMNS, Gradebook, GradebookError
-from ipulab.course.registry import questions
+from ipulab.course.grading import class_grader as classgrade
+from ipulab.course.grading.class_grader import grade_class
+from ipulab.course.grading.discovery import discover
+from ipulab.course.grading.gradebook import COLUMNS, Gradebook, GradebookError
+from ipulab.course.questions.registry import questions
 
 EX01 = [q.id for q in questions("ex01")]
 EX02 = [q.id for q in questions("ex02")]
@@ -254,6 +260,18 @@ def test_usage_errors_exit_2(tmp_path, monkeypatch, capsys, argv, fragment):
     assert fragment in capsys.readouterr().err
 
 
+@contextlib.contextmanager
+def another_dask_on_8787():
+    """Port 8787 (dask's dashboard) taken, as when another dask runs here."""
+    with socket.socket() as other:
+        try:
+            other.bind(("", 8787))
+            other.listen()
+        except OSError:          # taken already
+            pass
+        yield
+
+
 def test_the_command_grades_on_dask_and_a_dead_worker_counts_once(klass, tmp_path, monkeypatch,
                                                                   capsys):
     """Two local workers; the worker grading dave's notebook dies the first time (os._exit):
@@ -264,7 +282,10 @@ def test_the_command_grades_on_dask_and_a_dead_worker_counts_once(klass, tmp_pat
     db, out = tmp_path / "class.sqlite", tmp_path / "out.csv"
     argv = ["course", "grade", str(klass), "--gradebook", str(db), "--csv", str(out),
             "--timeout", "30", "--workers", "2"]
-    assert cli.main(argv) == 0
+    with another_dask_on_8787(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert cli.main(argv) == 0
+    assert not [w for w in seen if "8787" in str(w.message)]      # no fixed port: no warning
     assert marker.exists()
     printed = capsys.readouterr()
     assert "5 notebook(s): 5 graded now" in printed.out
@@ -301,3 +322,64 @@ def test_a_task_whose_workers_all_die_is_crashed_on_a_running_scheduler(klass, t
     assert (result.graded, result.lost) == (0, 1)
     assert [(r["question"], r["status"]) for r in rows] == [(q, "crashed") for q in EX01]
     assert "the worker process grading it died each of the 1 times it ran" in rows[0]["message"]
+
+
+# --- odd names, what the summary says, the outputs' modes -----------------------------------------
+ODD_STUDENTS = ["a" * 250, "b" * 249 + "1", "b" * 249 + "2", "élève-学生-🙂", "a∕b", "a／b",
+                "a⁄b", "a..b", "-rf", "con", "CON", " lead and trail ", "tab\there"]
+
+
+def test_odd_folder_names_never_stop_the_export(tmp_path):
+    """Long (250 characters), unicode, slash look-alikes, names that only differ late, a name
+    that is not UTF-8: every student gets a page, of a short, safe and unique file name."""
+    subs = tmp_path / "subs"
+    for student in ODD_STUDENTS:
+        write_notebook(subs / student / "01_one_tile.ipynb", passed=1)
+    raw = os.path.join(os.fsencode(subs), b"not-utf8-\xff\xfe")
+    os.makedirs(raw)
+    write_notebook(os.fsdecode(raw) + "/01_one_tile.ipynb", passed=2)
+    assert classgrade.main(subs, grader=grade, workers=0) == 0
+    pages = sorted((tmp_path / "feedback").iterdir())
+    assert len(pages) == len(ODD_STUDENTS) + 1
+    for page in pages:
+        assert len(os.fsencode(page.name)) <= 120
+        assert re.fullmatch(r"[\w.+@-]+\.html", page.name) and not page.name.startswith(".")
+    text = "".join(p.read_text() for p in pages)
+    assert "a" * 250 in text and "élève-学生-🙂" in text and "not-utf8-\\xff\\xfe" in text
+
+
+def test_outputs_are_private_to_the_grader(klass, tmp_path):
+    """The gradebook, the CSV and every page: 0600; the pages' folder: 0700."""
+    db, out = tmp_path / "gb.sqlite", tmp_path / "grades.csv"
+    assert classgrade.main(klass, gradebook=db, csv_path=out, grader=grade, workers=0) == 0
+    for path in (db, out, *(tmp_path / "feedback").iterdir()):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE((tmp_path / "feedback").stat().st_mode) == 0o700
+
+
+def test_the_summary_counts_each_kind_of_notebook_and_says_where_it_wrote(klass, tmp_path,
+                                                                          capsys):
+    """A notebook whose set cannot be told is 'not graded' (with its whole reason), apart from
+    the graded ones and the refused ones; the summary names the folder it wrote to."""
+    write_notebook(klass / "dave" / "scratch.ipynb", None)
+    (klass / "erin").symlink_to(klass / "dave")
+    assert classgrade.main(klass, grader=grade, workers=0) == 0
+    printed = capsys.readouterr()
+    assert "6 notebook(s): 4 graded now, 0 unchanged since they were graded, 1 not graded (its " \
+        "set cannot be told), 1 refused" in printed.out
+    assert "dave/scratch.ipynb: not graded: cannot tell which set this notebook answers\n" \
+        in printed.err
+    where = str(tmp_path)
+    assert f"written next to {klass.name}/, in {where}:" in printed.out
+    for name in ("gradebook.sqlite", "gradebook.csv", "feedback/ (5 pages)"):
+        assert name in printed.out
+
+
+def test_a_page_shows_each_par_in_its_unit():
+    from ipulab.course.grading.pages import feedback_page
+    row = dict(zip(COLUMNS, ["ada", "ex11", "ex11.min_wait", "passed", "a mean wait of 88.8 min, "
+                             "1.00× par (88.8 min)", None, 5327.5, 1.0, 1, "11.ipynb", "", "h",
+                             "now"]))
+    page = feedback_page("ada", [row, {**row, "question": "ex01.six_workers", "cycles": 6216,
+                                       "par": 6216}])
+    assert "<td>5,327.5 s (88.8 min)</td>" in page and "<td>6,216 cycles</td>" in page

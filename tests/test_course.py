@@ -9,8 +9,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 import ipulab.course as course
 from ipulab import cli
-from ipulab.course import check, hint, hint_button, progress, registry
-from ipulab.course.build import BuildError, build, transform_source
+from ipulab.course import check, hint, hint_button, progress
+from ipulab.course.questions import registry
+from ipulab.course.questions.build import BuildError, build, transform_source
 
 from course_corpus import (CORPUS, MISSING_EXCHANGE, OFF_BY_ONE, OUT_OF_BOUNDS, RACE,
                            REDUCTION_ORDER, WRONG_TILE)
@@ -29,7 +30,7 @@ def progress_file(tmp_path, monkeypatch):
 # --- the registry ------------------------------------------------------------------------------
 def test_every_set_has_3_to_6_questions_mixing_kinds_and_a_par():
     sets = registry.sets()
-    bank = ROOT / "ipulab" / "course" / "bank"            # one set per module, setNN_... -> exNN
+    bank = ROOT / "ipulab" / "course" / "questions" / "bank"            # one set per module, setNN_... -> exNN
     assert sorted(sets) == [f"ex{p.name[3:5]}" for p in sorted(bank.glob("set[0-9][0-9]_*.py"))]
     assert {f"ex{i:02d}" for i in (*range(1, 10), 11)} <= set(sets)
     for sid, s in sets.items():
@@ -223,7 +224,7 @@ def test_training_checks_accept_other_correct_answers(capsys):
 
 def test_sharing_checks_accept_other_correct_answers(capsys):
     """Set 11 grades what the controller and the scheduler do, not one way of saying it."""
-    from ipulab.course.bank.set11_sharing_a_pod import DAY
+    from ipulab.course.questions.bank.set11_sharing_a_pod import DAY
 
     def roomiest_first(requests, free):      # explicit allocations: the one with most room
         room, steps = {a: len(ipus) for a, ipus in free.items()}, []
@@ -244,8 +245,8 @@ def test_sharing_checks_accept_other_correct_answers(capsys):
 
 def test_a_training_configuration_that_overflows_is_explained():
     from ipulab import data, devices, nn
-    from ipulab.course.bank import set09_bow2000_training as set09
-    from ipulab.course.feedback import Fail
+    from ipulab.course.questions.bank import set09_bow2000_training as set09
+    from ipulab.course.questions.messages import Fail
 
     x, y, _, _ = data.digits()
     with pytest.raises(Fail, match=r"^your configuration does not fit in tile memory: layer 0 "

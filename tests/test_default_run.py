@@ -7,6 +7,7 @@ import pytest
 
 import ipulab
 from ipulab import cli, nn
+from ipulab.cli import train as train_cli
 from ipulab.data import digits
 
 RUN = nn.TrainConfig.default_run().resolve(ipulab.devices.bow2000().target)
@@ -14,7 +15,7 @@ RUN = nn.TrainConfig.default_run().resolve(ipulab.devices.bow2000().target)
 
 def test_cli_defaults_are_the_default_run():
     a = cli.build_parser().parse_args(["train"])
-    assert cli.train_config(a) == nn.TrainConfig.default_run()
+    assert train_cli.train_config(a) == nn.TrainConfig.default_run()
     # --replicas defaults to one per IPU: 4 on a Bow-2000
     assert a.replicas is None and RUN.replicas == 4
 

@@ -5,7 +5,7 @@ the intended status and message, change nothing outside the sandbox, and leave t
 questions' grades as they would be. Every case runs the real sandbox (bubblewrap)."""
 from __future__ import annotations
 
-import json
+import os
 import socket
 import threading
 from pathlib import Path
@@ -13,22 +13,10 @@ from pathlib import Path
 import pytest
 
 import ipulab
-from ipulab.course.judge import STATUSES, grade_submission
+from ipulab.course.grading.watchdog import STATUSES, grade_submission
 
-ROOT = Path(__file__).resolve().parent.parent
-QIDS = ("ex01.sum_squares", "ex01.worker_cycles", "ex01.variable_bytes", "ex01.six_workers")
-FUNCTION_CHECK_CELL = 15          # check("ex01.six_workers", six_workers) in notebook 01
-
-
-def notebook(tmp_path, kind: str, *inserts: tuple[int, str], name="01_one_tile.ipynb") -> Path:
-    """Notebook 01 from solutions/ or exercises/ with code cells put in before cell positions."""
-    nb = json.loads((ROOT / kind / "01_one_tile.ipynb").read_text())
-    for where, source in sorted(inserts, reverse=True):
-        nb["cells"].insert(where, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                   "execution_count": None, "source": source})
-    path = tmp_path / name
-    path.write_text(json.dumps(nb))
-    return path
+from hostile_notebooks import (BIG_FRAME, END, FUNCTION_CHECK_CELL, NEVER_ENDS, QIDS, ROOT,
+                              notebook)
 
 
 def statuses(result) -> dict:
@@ -61,14 +49,14 @@ def test_a_wrong_number_fails_with_the_checks_own_message(tmp_path):
 
 
 FORGERIES = [
-    ("record_check", "from ipulab.course.progress import record_check\n"
+    ("record_check", "from ipulab.course.learner.record import record_check\n"
      f"for q in {QIDS!r}:\n    record_check(q, 'passed', '')", "record_check"),
     ("patched check", "import ipulab.course\nipulab.course.check = lambda *a, **k: True",
      "replaced ipulab.course.check"),
-    ("the registry", "from ipulab.course import registry\nregistry.REGISTRY.clear()",
-     "ipulab.course.registry"),
-    ("the bank", "try:\n    import ipulab.course.bank.set01_one_tile\nexcept ImportError:\n"
-     "    pass", "ipulab.course.bank"),
+    ("the registry", "from ipulab.course.questions import registry\n"
+     "registry.REGISTRY.clear()", "tried to import the checker's module ipulab.course.questions"),
+    ("the bank", "try:\n    import ipulab.course.questions.bank.set01_one_tile\nexcept ImportError:\n"
+     "    pass", "tried to import the checker's module ipulab.course.questions"),
     ("numpy", "import numpy as np\nnp.allclose = lambda *a, **k: True\n"
      "np.testing.assert_allclose = lambda *a, **k: None", "replaced numpy.allclose"),
     ("printed ticks", 'print("✓ ex01.sum_squares: correct for 9 vertices")', "printed ✓"),
@@ -100,6 +88,27 @@ def test_an_endless_loop_times_out(tmp_path):
     assert statuses(result)["ex01.worker_cycles"] == "passed"
 
 
+
+
+@pytest.mark.parametrize("what, where, source, stopped", NEVER_ENDS,
+                         ids=[n[0].replace(" ", "_") for n in NEVER_ENDS])
+def test_a_check_that_never_ends_is_stopped_in_time(tmp_path, what, where, source, stopped):
+    """A check runs in the judge (a program, a codelet it compiled) or calls into the
+    submission (the wire); either way it is stopped when its share of the notebook's time is
+    used up, recorded `timed out`, and the other questions are graded as they would be."""
+    timeout = 30
+    result = graded(notebook(tmp_path, "solutions", (where, source)), timeout=timeout)
+    assert statuses(result) == {**dict.fromkeys(QIDS, "passed"), stopped: "timed out"}, result
+    assert result.seconds < timeout + 5, result.seconds
+
+
+def test_a_small_frame_that_unpickles_into_gigabytes_is_refused(tmp_path):
+    """37 bytes on the runner's pipe that would make a 5 GB bytearray in the judge."""
+    result = graded(notebook(tmp_path, "solutions", (3, BIG_FRAME)))
+    assert set(statuses(result).values()) == {"tampered"}, result
+    assert "bytearray" in result.questions["ex01.sum_squares"].message
+
+
 def test_a_huge_allocation_is_out_of_memory(tmp_path):
     bomb = ("def six_workers(g, x, partials):\n    import numpy as np\n"
             "    return np.ones(50 * 2**30 // 8)")
@@ -111,21 +120,85 @@ def test_a_huge_allocation_is_out_of_memory(tmp_path):
 
 
 def test_a_fork_bomb_is_capped(tmp_path):
+    """The bomb stops at the sandbox's cap on processes; its cgroups (as root) go with it.
+    Only this process's own cgroups are counted: other graders may run on this machine."""
+    from ipulab.course.grading.cgroups import own_cgroups
     bomb = "import os\ntry:\n    while True:\n        os.fork()\nexcept OSError:\n    pass"
     result = graded(notebook(tmp_path, "solutions", (3, bomb)))
     assert statuses(result) == dict.fromkeys(QIDS, "passed")
-    leftovers = [p for p in Path("/sys/fs/cgroup/pids").glob("ipulab-*")] \
-        if Path("/sys/fs/cgroup/pids").exists() else []
-    assert leftovers == []
+    assert own_cgroups(os.getpid()) == []
 
 
-def test_solutions_the_bank_and_other_files_are_out_of_sight(tmp_path):
-    bank = Path(ipulab.__file__).parent / "course" / "bank" / "set01_one_tile.py"
-    probe = (f"seen = []\nfor p in {[str(ROOT / 'solutions' / '01_one_tile.ipynb'), str(bank)]!r}:"
-             "\n    try:\n        open(p).read()\n        seen.append(p)\n    except OSError:\n"
-             "        pass\nassert not seen, seen")
-    result = graded(notebook(tmp_path, "exercises", (3, probe)))
-    assert set(statuses(result).values()) == {"not answered"}
+# A probe cell collects what it should not have managed in `leaks`; if it managed anything, it
+# answers ex01.worker_cycles with it (the last answer counts), which then fails, saying it.
+LEAK = '\nif leaks:\n    check("ex01.worker_cycles", "LEAK: " + "; ".join(leaks))\n'
+
+
+def probe(tmp_path, source, timeout=90):
+    """Grade solution 01 with a probe cell at its end; the probe's worker_cycles verdict."""
+    result = graded(notebook(tmp_path, "solutions", (END, "leaks = []\n" + source + LEAK)),
+                    timeout)
+    return result.questions["ex01.worker_cycles"]
+
+
+def test_solutions_the_bank_and_the_graders_files_are_out_of_sight(tmp_path):
+    """Nothing of the grader is readable: the solutions, the question bank (not even by
+    unmounting what hides it: the sandbox has no capabilities, even as root), the home, the
+    executable cache's signing secret."""
+    from ipulab.poplar import executables
+    secret = executables._secret()                # made if there was none
+    package = Path(ipulab.__file__).parent
+    mine = Path.home() / f".ipulab-test-{os.getpid()}"          # a file of the grader's home
+    paths = [ROOT / "solutions" / "01_one_tile.ipynb", package / "course" / "questions" / "bank"
+             / "set01_one_tile.py", executables.folder() / ".secret", mine]
+    source = (f"import ctypes, os\nfor p in {[str(p) for p in paths]!r}:\n    try:\n"
+              "        leaks.append(p + ': ' + open(p, 'rb').read(40).hex())\n"
+              "    except OSError:\n        pass\n"
+              "caps = [l for l in open('/proc/self/status') if l.startswith('CapEff')]\n"
+              "if caps[0].split()[1].strip('0'):\n    leaks.append(caps[0])\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              f"if libc.umount2({str(package / 'course')!r}.encode(), 2) == 0:\n"
+              "    leaks.append('unmounted')\n"
+              f"if os.path.exists({str(package / 'course' / 'questions')!r}):\n"
+              "    leaks.append('questions/ is there')\n")
+    mine.write_text("the grader's")
+    try:
+        v = probe(tmp_path, source)
+    finally:
+        mine.unlink()
+    assert v.status == "passed", v.message
+    assert secret.hex()[:16] not in v.message
+
+
+def test_every_writable_place_has_a_size(tmp_path):
+    """/tmp, the home, /dev/shm and the package's copy take what their tmpfs holds (tens of
+    MB), not the host's memory; the rest is read-only."""
+    package = Path(ipulab.__file__).parent
+    places = ["/tmp", "/tmp/home", "/dev/shm", str(package), "/dev", "/", "/usr"]
+    source = ("import os\n"
+              f"for place in {places!r}:\n    written = 0\n"
+              "    for i in range(8):\n        try:\n"
+              "            with open(os.path.join(place, f'fill{i}'), 'wb') as f:\n"
+              "                for _ in range(16):\n"
+              "                    f.write(bytes(4 * 2**20))\n"
+              "                    written += 4 * 2**20\n"
+              "        except OSError:\n            break\n"
+              "    for i in range(8):\n        try:\n"
+              "            os.unlink(os.path.join(place, f'fill{i}'))\n"
+              "        except OSError:\n            pass\n"
+              "    limit = 0 if place in ('/dev', '/', '/usr') else 128 * 2**20\n"
+              "    if written > limit:\n"
+              "        leaks.append(f'{written // 2**20} MB written to {place}')\n")
+    v = probe(tmp_path, source)
+    assert v.status == "passed", v.message
+
+
+def test_an_exit_code_is_not_taken_for_a_signal(tmp_path):
+    """os._exit(152) is an exit code, though 152 = 128 + SIGXCPU: only the sandbox's own
+    report makes it a signal (the CPU time used up)."""
+    result = graded(notebook(tmp_path, "solutions", (13, "import os\nos._exit(152)")))
+    v = result.questions["ex01.six_workers"]
+    assert v.status == "crashed" and "exit code 152" in v.message, v
 
 
 def test_nothing_outside_the_sandbox_changes(tmp_path):
@@ -172,12 +245,33 @@ def test_killing_the_parent_reaches_nothing_outside(tmp_path):
     assert "killed by signal 9" in result.questions["ex01.six_workers"].message
 
 
-def test_not_a_notebook_fails_with_why(tmp_path):
+MALFORMED = [   # (what, the file's bytes, what each question's message says)
+    ("not JSON", b"this is not JSON {", "not a notebook (not JSON"),
+    ("50,000 nested brackets", b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+    ("nested metadata", b'{"cells": [], "metadata": ' + b'{"a": ' * 50_000 + b"1" +
+     b"}" * 50_001, "nested too deeply"),
+    ("not UTF-8", b'{"cells": [], "x": "\xff\xfe"}', "not a notebook (not JSON"),
+    ("a list", b"[1, 2, 3]", "no list of cells"),
+    ("cells of text", b'{"cells": "print(1)"}', "no list of cells"),
+    ("a source with a number in it", b'{"cells": [{"cell_type": "code", "source": ["x = 1", 2]}]}',
+     "cell 1's source is not text"),
+    ("a source that is a dict", b'{"cells": [{"cell_type": "code", "source": {"a": 1}}]}',
+     "cell 1's source is not text"),
+    ("cells of every type", b'{"cells": [5, null, [], {"cell_type": ["code"]}, '
+     b'{"cell_type": "code"}], "metadata": [], "nbformat": "four"}', "not answered:"),
+]
+
+
+@pytest.mark.parametrize("what, content, fragment", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_notebook_fails_every_question_saying_why(tmp_path, what, content, fragment):
+    """Whatever the file holds, every question of its set (told by its name) gets a status
+    and the reason, never 'the judge failed'."""
     path = tmp_path / "01_one_tile.ipynb"
-    path.write_text("this is not JSON {")
+    path.write_bytes(content)
     result = graded(path)
-    assert set(statuses(result).values()) == {"failed"}
-    assert "not a notebook" in result.questions["ex01.sum_squares"].message
+    assert set(statuses(result).values()) <= {"failed", "not answered"}, result
+    for v in result.questions.values():
+        assert fragment in v.message and "judge" not in v.message, v.message
 
 
 def test_a_500_mb_notebook_is_refused_unread(tmp_path):

@@ -1,6 +1,8 @@
 """The house stays straight (DESIGN section 1): every import of the package, function-level ones
 included, points down the floors below; viz imports nothing of ipulab; no package reaches into
-another package's private names or modules; modules and functions stay short."""
+another package's private names or modules; modules and functions stay short. Inside course/,
+the rooms point down too (learner and grading over questions), and what runs in the sandbox
+(course/grading/sandboxed/) cannot reach the question bank by any chain of imports."""
 from __future__ import annotations
 
 import ast
@@ -37,7 +39,7 @@ PLACEHOLDER = re.compile(r"_\d+$")   # popops.expr._1, _2, ...: public by Poplar
 FOREIGN = {"_asdict", "_replace", "_fields", "_getvalue"}
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
-LONG_MODULES_ALLOWED = ("course/bank/",)        # question banks: statements are prose
+LONG_MODULES_ALLOWED = ("course/questions/bank/",)        # question banks: statements are prose
 PUBLIC_UNDERSCORED = {"_exit"}                  # os._exit: documented, not private
 
 
@@ -160,6 +162,81 @@ def test_modules_and_functions_stay_short():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{rel}:{node.lineno} {node.name}: {n} lines")
     assert long == [], "too long:\n" + "\n".join(long)
+
+
+# course/'s rooms: a room may import its own modules and those of the rooms below it
+COURSE_ROOMS = [["learner", "grading"], ["questions"], ["codelets"]]
+COURSE_ROOM = {room: i for i, names in enumerate(COURSE_ROOMS) for room in names}
+SANDBOXED = "course/grading/sandboxed"
+OUT_OF_THE_SANDBOX = ("course/questions", "course/learner")
+
+
+def course_room(target: str) -> str | None:
+    """The room of a module path inside ipulab ('course/questions/kit' -> 'questions')."""
+    parts = target.split("/")
+    return parts[1] if len(parts) > 1 and parts[0] == "course" else None
+
+
+def test_course_rooms_point_down():
+    wrong = [f"{rel}:{line} imports ipulab.{target.replace('/', '.')}"
+             for _, rel, tree in modules() if package_of(rel) == "course" and len(rel.parts) > 2
+             for line, target, name in imports(rel, tree)
+             if course_room(target) not in (None, rel.parts[1]) and
+             COURSE_ROOM.get(course_room(target), -1) <= COURSE_ROOM[rel.parts[1]]]
+    assert wrong == [], "course/ rooms that do not point down:\n" + "\n".join(wrong)
+
+
+def module_file(target: str) -> Path | None:
+    """The file of a module path inside ipulab ('course/grading/wire'), or None."""
+    base = PACKAGE.joinpath(*target.split("/")) if target else PACKAGE
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def reachable(start: Path) -> set[str]:
+    """Every ipulab module path that importing `start` can import, at any depth of imports
+    (function-level ones included), with the packages each of them runs on the way."""
+    seen, todo = set(), [start]
+    while todo:
+        path = todo.pop()
+        rel = path.relative_to(PACKAGE)
+        here = "/".join(rel.with_suffix("").parts).removesuffix("/__init__").removesuffix(
+            "__init__")
+        if here in seen:
+            continue
+        seen.add(here)
+        parents = ["/".join(here.split("/")[:i]) for i in range(len(here.split("/")))]
+        targets = [t for _, t, _ in imports(rel, ast.parse(path.read_text()))] + parents
+        todo += [f for f in map(module_file, targets) if f is not None]
+    return seen
+
+
+def test_the_sandboxed_side_cannot_reach_the_question_bank():
+    """By structure, not by lazy imports: no chain of imports from a module that runs in the
+    sandbox leads to questions/ (the bank, its checks) or learner/ (which uses them)."""
+    starts = sorted((PACKAGE / SANDBOXED).glob("*.py"))
+    assert starts, SANDBOXED
+    wrong = {f"{start.name} reaches ipulab.{m.replace('/', '.')}" for start in starts
+             for m in reachable(start) if m.startswith(OUT_OF_THE_SANDBOX)}
+    assert wrong == set(), "\n".join(sorted(wrong))
+
+
+def test_the_reach_of_an_import_is_followed():
+    """The walk above can fail: the judge reaches the questions (whose registry loads the bank)."""
+    assert "course/questions/registry" in reachable(PACKAGE / "course" / "grading" / "judge.py")
+
+
+def test_one_class_per_name_in_the_course_package():
+    """One word, one meaning: no two classes of course/ share a name."""
+    where: dict[str, list[str]] = {}
+    for _, rel, tree in modules():
+        if package_of(rel) == "course":
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    where.setdefault(node.name, []).append(str(rel))
+    assert {n: w for n, w in where.items() if len(w) > 1} == {}
 
 
 @pytest.mark.parametrize("here,source,ok", [

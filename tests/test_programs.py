@@ -325,10 +325,12 @@ def test_repeat_while_false(g4, dev4, counter):
     done = g4.add_variable(poplar.BOOL, [1], "done")
     g4.set_tile_mapping(done, 0)
     g4.create_host_write("done", done)
-    e = poplar.Engine(g4, prog.RepeatWhileFalse(prog.Sequence(), done, prog.Sequence()))
+    e = poplar.Engine(g4, prog.RepeatWhileFalse(prog.Sequence(), done, prog.Execute(cs)))
     e.load(dev4)
     e.write_tensor("done", np.array([True]))
-    e.run()                                       # terminates at once
+    e.run()                                       # terminates at once: the body never runs
+    assert e.read_tensor("x").tolist() == [0]
+    assert [s.kind for s in e.profile().steps] == ["control"]
 
 
 def test_sync(g4, dev4):

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from ipulab import cli
+from ipulab.cli import train as train_cli
 
 
 def run(capsys, *args):
@@ -19,7 +20,7 @@ def test_parser_defaults_are_the_course_run():
     from ipulab.nn import TrainConfig
 
     a = cli.build_parser().parse_args(["train"])
-    config = cli.train_config(a)
+    config = train_cli.train_config(a)
     assert config == TrainConfig.default_run()
     assert (config.system, config.replicas, config.pipeline, config.precision) == \
         ("bow2000", None, None, "fp32")
@@ -30,14 +31,14 @@ def test_parser_defaults_are_the_course_run():
 
 def test_optimizer_flags():
     """Another optimizer drops the course run's momentum and takes its own lr."""
-    parse = (lambda *args: cli.train_config(cli.build_parser().parse_args(["train", *args])))
+    parse = (lambda *args: train_cli.train_config(cli.build_parser().parse_args(["train", *args])))
     c = parse("--optimizer", "adamw")
     assert (c.optimizer, c.lr, c.momentum, c.weight_decay) == ("adamw", 0.01, 0.0, None)
     c = parse("--optimizer", "lamb", "--weight-decay", "0.01", "--lr", "0.05")
     assert (c.optimizer, c.lr, c.weight_decay) == ("lamb", 0.05, 0.01)
     assert parse("--weight-decay", "1e-4").weight_decay == 1e-4       # SGD's L2
-    assert cli._optimizer_title(c) == "LAMB lr 0.05 weight decay 0.01"
-    assert cli._optimizer_title(parse()) == "SGD lr 0.1 momentum 0.9"
+    assert train_cli._optimizer_title(c) == "LAMB lr 0.05 weight decay 0.01"
+    assert train_cli._optimizer_title(parse()) == "SGD lr 0.1 momentum 0.9"
 
 
 def test_cli_stays_import_light():
@@ -56,7 +57,7 @@ def test_small_bow2000_run_prints_progress_and_table(capsys):
     assert code == 0, err
     assert "bow2000 (4 IPU(s) x 16 tiles), 4 replica(s) x batch 16" in out
     # one progress line per epoch (stdout is not a terminal here): 1,437 // 64 = 22 steps
-    assert "epoch 1/2 [" + "#" * cli.PROGRESS_WIDTH + "] 22/22" in out
+    assert "epoch 1/2 [" + "#" * train_cli.PROGRESS_WIDTH + "] 22/22" in out
     assert "epoch 2/2 [" in out
     for row in ("test accuracy", "simulated step time", "images/s (simulated)", "tiles used",
                 "peak tile memory", "exchange bytes per step", "IPU-Link bytes per step"):
@@ -185,7 +186,7 @@ def test_a_system_name_means_the_same_machine_everywhere():
         want = arch.SYSTEMS[devices.ALIASES.get(name, name)]
         assert devices.system(name, 1).target.system is want
         assert TrainConfig(system=name, tiles_per_ipu=1).device().target.system is want
-        config = cli.train_config(parser.parse_args(["train", "--system", name]))
+        config = train_cli.train_config(parser.parse_args(["train", "--system", name]))
         assert config.device().target.system is want
     for n in (16, 64, 128, 256):
         assert devices.system(f"pod{n}", 1).target == devices.pod(n, tiles_per_ipu=1).target
@@ -206,5 +207,5 @@ def test_progress_on_a_terminal_redraws_one_line_per_epoch(capsys, monkeypatch):
     assert code == 0, err
     bar = [line for line in out.split("\n") if line.startswith("\r")]
     assert len(bar) == 1 and bar[0].count("\r") == 22            # redrawn after every step
-    assert bar[0].rsplit("\r", 1)[1].startswith("epoch 1/1 [" + "#" * cli.PROGRESS_WIDTH)
-    assert cli._progress(1, 2, 11, 22, 0.5, 0.25).startswith("epoch 1/2 [" + "#" * 15 + "." * 15)
+    assert bar[0].rsplit("\r", 1)[1].startswith("epoch 1/1 [" + "#" * train_cli.PROGRESS_WIDTH)
+    assert train_cli._progress(1, 2, 11, 22, 0.5, 0.25).startswith("epoch 1/2 [" + "#" * 15 + "." * 15)

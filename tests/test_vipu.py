@@ -119,7 +119,11 @@ def test_names_are_unique_and_well_formed(ctl, db):
     ctl.create_partition("p", 2)
     with pytest.raises(errors.PartitionNameError,
                        match=r"already exists \(owner alice\): partition names are unique"):
+        ctl.create_partition("p", 2)
+    with pytest.raises(errors.PartitionNameError) as refused:   # bob cannot see whose it is
         vipu.connect(db, user="bob").create_partition("p", 2)
+    assert "partition names are unique" in str(refused.value)
+    assert "alice" not in str(refused.value)
     for bad in ("", "a b", "-x", "x" * 65, None):
         with pytest.raises(errors.PartitionNameError):
             ctl.create_partition(bad, 2)

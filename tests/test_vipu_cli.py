@@ -94,8 +94,10 @@ def test_every_refusal_is_one_line_naming_the_rule(vipu):
     refused(vipu("create", "partition", "s", "--size", "1", "--reconfigurable",
                  "--sync-type", "pod-native-default"), "c2-compatible")
     refused(vipu("remove", "partition", "nope"), "unknown partition 'nope'")
-    refused(vipu("show", "partition", "p", user="bob"), "visible only to its creator")
-    refused(vipu("remove", "partition", "p", user="bob"), "belongs to 'alice'", "only its creator")
+    shown = refused(vipu("show", "partition", "p", user="bob"), "visible only to its creator")
+    # removing what bob cannot see reveals no more than showing it: "unknown partition"
+    assert refused(vipu("remove", "partition", "p", user="bob"), "unknown partition 'p'") == shown
+    assert "alice" not in shown
     refused(vipu("init", "--system", "pod16"), "remove them before init")
     refused(vipu("init", "--system", "pod12"), "unknown Pod 'pod12'")
     refused(vipu("list", "partitions", user="bad user"), "user name")
@@ -164,3 +166,66 @@ def test_ipulab_train_on_a_partition(vipu, capsys, monkeypatch):
 def test_usage_errors_are_one_line_too(vipu, args, words):
     vipu("init", "--system", "pod16")
     refused(vipu(*args), *words)
+
+
+def test_options_may_follow_the_action(tmp_path, capsys):
+    """--db, --user (and --server) after the action, as after `ipulab vipu`."""
+    db = str(tmp_path / "after.sqlite")
+    assert main(["vipu", "init", "--system", "pod16", "--db", db]) == 0
+    assert main(["vipu", "create", "partition", "p", "--size", "2", "--db", db,
+                 "--user", "zoe"]) == 0
+    assert main(["vipu", "--db", "/nowhere.sqlite", "list", "partitions", "--json",
+                 "--db", db, "--user", "zoe"]) == 0                    # the later one wins
+    capsys.readouterr()
+    assert main(["vipu", "list", "partitions", "--json", "--db", db, "--user", "zoe"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["user"] == "zoe"
+    assert main(["vipu", "show", "partition", "p", "--user", "zoe", "--db", db]) == 0
+    assert main(["vipu", "remove", "partition", "p", "--db", db, "--user", "zoe"]) == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["create", "partition", "p", "--size", "abc"], ["--size", "power of two", "'abc'"]),
+    (["create", "partition", "p", "--size", "2", "--gcds", "x"], ["--gcds", "'x'"]),
+    (["--server", "/x.sock", "--db", "/y.sqlite", "list", "partitions"], ["give one of them"]),
+    (["serve", "--socket", "/x.sock", "--user", "bob"], ["serve takes --socket and --db"]),
+    (["list", "partitions", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["serve"], ["--socket"]),
+    ([], ["give an action"]),
+])
+def test_usage_errors_exit_2(vipu, args, words):
+    """A flag that cannot be read is a usage error (2), before any state is opened; a value the
+    controller refuses by its rules (size 12) is a refusal (1)."""
+    err = refused(vipu(*args), *words)
+    assert vipu(*args)[0] == 2, err
+    vipu("init", "--system", "pod16")
+    assert vipu("create", "partition", "p", "--size", "12")[0] == 1
+
+
+def test_one_vocabulary_of_systems(tmp_path, capsys):
+    """`ipulab info`, `train`, `plan` and `vipu init` name systems alike (issue 22): every name
+    info lists is a train and plan system, every Pod of them (16 to 256 IPUs, Bow or M2000) a
+    V-IPU cluster; pod512 is none of them."""
+    from ipulab import arch, devices, plan
+    from ipulab.cli import build_parser
+    from ipulab.errors import PlanError
+
+    assert main(["info"]) == 0
+    info = capsys.readouterr().out
+    pods = [n for n, s in arch.SYSTEMS.items() if s.num_ipus >= 16]
+    assert pods == [f"{kind}pod{n}" for kind in ("", "m2000-") for n in (16, 32, 64, 128, 256)]
+    parser = build_parser()
+    for name in devices.SYSTEM_NAMES:
+        assert f"\n{name} " in info or f"{name} = " in info, name
+        assert parser.parse_args(["train", "--system", name]).system == name
+        assert plan.system_of(name) is devices.find_system(name)
+    for name in pods:
+        db = str(tmp_path / f"{name}.sqlite")
+        assert main(["vipu", "--db", db, "init", "--system", name]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    for bad in ("pod512", "pod12", "m2000-pod512"):
+        assert main(["train", "--system", bad]) == 2
+        with pytest.raises(PlanError, match="power of two from 16 to 256"):
+            plan.system_of(bad)
+        assert main(["vipu", "--db", str(tmp_path / "x.sqlite"), "init", "--system", bad]) == 1
+        assert main(["plan", "--model", "bert-large", "--system", bad]) == 2
+    assert "unknown Pod 'm2000-pod512'" in capsys.readouterr().err

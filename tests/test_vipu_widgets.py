@@ -23,14 +23,16 @@ def cells(widget):
 
 def test_create_and_remove_partitions_through_the_controller(admin):
     ada, bob = admin.controllers["ada"], admin.controllers["bob"]
-    assert list(admin.allocation.options) == ["(any)", "lab", "ada-only"]
+    assert list(admin.allocation.options) == [("(any)", "(any)"), ("lab (everyone)", "lab"),
+                                              ("ada-only (ada)", "ada-only")]
     admin.name.value, admin.size.value, admin.allocation.value = "big", 8, "ada-only"
     admin.create.click()
     assert [(p.name, p.ipus) for p in ada.list_partitions()] == [("big", tuple(range(8, 16)))]
     assert "created big: IPUs 8-15 for ada" in admin.status.value
     assert list(cells(admin)["partition"][7:]) == [""] + ["big"] * 8
-    admin.user.value = "bob"
-    assert list(admin.allocation.options) == ["(any)", "lab"] and admin.remove.disabled
+    admin.user.value = "bob"                               # the administrator's list still
+    assert [v for _, v in admin.allocation.options] == ["(any)", "lab", "ada-only"]
+    assert admin.remove.disabled
     admin.name.value, admin.size.value = "small", 2
     admin.create.click()
     assert bob.partition("small").ipus == (0, 1)           # bob has "lab" only: IPUs 0-7
@@ -70,3 +72,34 @@ def test_schedule_explorer_follows_the_policy():
     assert ex.figure.select_one({"name": "reservations"}) is not None
     assert ex.summary.value != fifo_text and "backfill" in ex.summary.value
     assert "cy" in ex.summary.value
+
+
+def test_the_widget_offers_what_notebook_11_asks_to_try(admin):
+    """'Try 12 IPUs, or a partition for Bob in the research allocation': both are choices,
+    and both are refused by the controller's rules."""
+    assert {3, 12, 32} <= set(admin.size.options) and {1, 2, 4, 8, 16} <= set(admin.size.options)
+    admin.name.value, admin.size.value = "twelve", 12
+    admin.create.click()
+    assert "refused" in admin.status.value and "power of two" in admin.status.value
+    admin.size.value = 32
+    admin.create.click()
+    assert "larger than the pod16" in admin.status.value
+    admin.user.value = "bob"
+    admin.name.value, admin.size.value, admin.allocation.value = "sneak", 2, "ada-only"
+    admin.create.click()
+    assert admin.message.startswith("refused: partition 'sneak' of 2 IPUs: no allocation "
+                                    "'ada-only' granted to user 'bob'")
+    assert admin.partitions() == []
+
+
+def test_toggle_labels_sit_beside_their_buttons(admin):
+    """ipywidgets 8 draws a ToggleButtons' description above its buttons; the widgets lay
+    them out as a row (the browser test shows the page)."""
+    import ipywidgets as W
+
+    def toggles(w):
+        found = [w] if isinstance(w, W.ToggleButtons) else []
+        return found + [t for c in getattr(w, "children", ()) for t in toggles(c)]
+    found = toggles(admin) + toggles(ScheduleExplorer(CLASSIC, 16))
+    assert [t.description for t in found] == ["colour by", "policy"]
+    assert all((t.layout.display, t.layout.flex_flow) == ("flex", "row") for t in found)

@@ -54,3 +54,33 @@ def test_the_pod_figures_and_widgets_fit_a_cell(tmp_path):
     ctl.init("pod16")
     check_fits(widgets.PodAdmin([ctl]), "PodAdmin")
     check_fits(widgets.ScheduleExplorer(generate_jobs(45, seed=11)), "ScheduleExplorer")
+
+
+def test_legends_beside_and_ticks_on_whole_numbers():
+    """Issue 22: no legend over a job or a bar, no IPU 0.5 on an axis, and the subtitle names
+    what the colours stand for."""
+    from bokeh.models import BasicTicker, Legend
+
+    from ipulab.viz.planner import memory_bars, planner_report
+
+    gantt = viz.ipu_gantt(JOBS, 16, reservations={"C": (9000.0, 0, 16)})
+    assert [r for r in gantt.right if isinstance(r, Legend)]
+    assert not [r for r in gantt.center if isinstance(r, Legend)]
+    bars = memory_bars([{"weights": 2**20, "activations": 2**21}], 2**22)
+    assert [r for r in bars.right if isinstance(r, Legend)]
+    assert not [r for r in bars.center if isinstance(r, Legend)]
+    grid = viz.pod_partitions(16, PARTS)
+    for axis in (*grid.xaxis, *grid.yaxis, *gantt.yaxis):
+        assert isinstance(axis.ticker, BasicTicker) and axis.ticker.min_interval == 1
+    assert subtitle(grid).endswith("colour = user")
+    stages = viz.pod_partitions(16, PARTS, color_name="stage")
+    assert subtitle(stages).endswith("colour = stage")
+    doc = {"model": "m", "system": "pod16", "parameters": 10, "sram_bytes_per_ipu": 2**22,
+           "mappings": [{"fits": True, "reason": "fits: 92 of 897 MiB per IPU (10%)",
+                         "tensor_parallel": [1, 1], "pipeline": 1, "layers_per_stage": [],
+                         "replicas": 16, "rts": False, "phases": 1, "optimizer_state": "on-chip",
+                         "peak_bytes_per_ipu": 92 * 2**20, "samples_per_second": 1.0}]}
+    head = planner_report(doc).children[0].text
+    assert head.count("fits") == 1 and "first mapping: fits: 92 of 897 MiB" in head
+    doc["mappings"][0].update(fits=False, reason="needs 1,177 MiB per IPU")
+    assert "first mapping: does not fit: needs 1,177" in planner_report(doc).children[0].text

@@ -2,9 +2,8 @@
 
 Profiles come from real programs run on the simulator: a 4-tile toy with compute, a gather
 that needs an exchange and a copy across tiles; and a full Bow-2000 (5,888 tiles), on which
-every widget must come up in well under a second.
+every widget must come up (how fast: benchmarks/views.py, not a timed test).
 """
-import time
 from html import escape
 
 import ipywidgets
@@ -362,22 +361,14 @@ def test_dashboard_has_the_tabs_and_builds_each_when_opened(toy):
 
 
 # --- a full Bow-2000 ---------------------------------------------------------------------------
-def _timed(make):
-    t0 = time.perf_counter()
-    w = make()
-    return w, time.perf_counter() - t0
-
-
 @pytest.mark.parametrize("cls", WIDGETS)
-def test_widgets_build_fast_on_a_bow2000(cls, bow):
+def test_widgets_build_on_a_bow2000(cls, bow):
     assert bow.profile().num_tiles == 5888
-    _, seconds = _timed(lambda: cls(bow))
-    assert seconds < 1.0, f"{cls.__name__} took {seconds:.2f} s on a Bow-2000"
+    assert isinstance(cls(bow), ipywidgets.Widget)
 
 
-def test_widgets_stay_small_and_quick_on_a_bow2000(bow):
-    te, _ = _timed(lambda: TileExplorer(bow))
-    t0 = time.perf_counter()
+def test_widgets_stay_small_on_a_bow2000(bow):
+    te = TileExplorer(bow)
     te.tile.value = 5887
     assert "IPU 3, tile 1471 of it" in te.header.value and "x[5887]" in te.vertices_html.value
     assert "sends to 1 tile," in te.partners_html.value
@@ -393,9 +384,9 @@ def test_widgets_stay_small_and_quick_on_a_bow2000(bow):
     gi.tensor.value = "x"
     assert "on 5,888 tiles (0–5887)" in gi.tensor_html.value
     d = ProfileDashboard(bow)
-    for i in range(len(d.titles)):
+    for i, title in enumerate(d.titles):
         d.selected_index = i
-    assert time.perf_counter() - t0 < 3.0
+        assert d.pages[i].children[0] is d.page(title)      # built, not "building…"
 
 
 def test_bsp_player_draws_a_long_run_a_window_at_a_time(dev4):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ipulab import cli
-from ipulab.course import workspace
+from ipulab.course.learner import workspace
 from ipulab.errors import WorkspaceError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -148,6 +148,23 @@ def test_reset_of_a_file_that_is_not_the_courses(tmp_path, capsys):
     assert err.startswith("ipulab course workspace: solutions/01_one_tile.ipynb is not a "
                           "notebook of the course")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("there", [False, True], ids=["no folder", "a folder, no workspace"])
+def test_reset_without_a_workspace_makes_nothing_and_says_so(tmp_path, capsys, there):
+    """--reset restores one file of a workspace; where there is none (a DIR mistyped, or
+    $IPULAB_WORKSPACE not set in this shell), it makes nothing and says, in one line, how to
+    make one: a workspace of one notebook is no workspace."""
+    ws = tmp_path / "nowhere"
+    if there:
+        ws.mkdir()
+        (ws / "notes.txt").write_text("mine")
+    code, out, err = run(capsys, str(ws), "--reset", "exercises/01_one_tile.ipynb")
+    assert code == 2 and out == ""
+    assert err == (f"ipulab course workspace: {ws} is not a workspace (no .ipulab/workspace.json"
+                   f"): make one with `ipulab course workspace {ws}`\n")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == (["notes.txt", "nowhere"] if there
+                                                           else [])
 
 
 def test_default_dir_from_env_then_home(tmp_path, monkeypatch, capsys):

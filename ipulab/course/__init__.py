@@ -8,21 +8,28 @@ In an exercise notebook::
     hint("ex01.sum_squares", 1)               # tier 1 of 2-3; hint_button(...) is a button
     progress()                                # what you have done, from the local JSON file
 
-`ipulab course build` writes exercises/ from solutions/; `ipulab course check PATH...` checks
-notebooks in a kernel of your own; `ipulab course grade SUBMISSIONS` grades a class, each
-notebook in a sandbox, checked by a judge the notebook cannot reach (judge.py). Questions live
-in ipulab/course/bank/ (one module per notebook). Names load on first use, so the sandboxed
-runner can import parts of this package without the bank.
+The package is in three rooms, one per workflow:
+
+- learner/    what a learner runs: check(), hints, the progress record, the doctor, the
+              workspace, and `ipulab course check` (running one's own notebooks);
+- questions/  the questions: the registry, the bank (one module per exercise set), the kit
+              the checks are built from, their messages, and `ipulab course build`;
+- grading/    `ipulab course grade`: the class grader, the gradebook and its pages, the judge,
+              the wire, the source check and the sandbox; grading/sandboxed/ is what runs
+              inside the sandbox, and it imports nothing of questions/.
+
+codelets.py holds the codelets the exercises give (notebooks import them, in the sandbox too).
+The names above load on first use, so that importing a module of grading/sandboxed/ (which
+imports this package first) loads nothing of the question bank.
 """
 import importlib
 
-# the function, imported first so that the submodule of the same name never shadows it
-from .progress import progress
-
-_NAMES = {"check": "api", "hint": "api", "hint_button": "api", "doctor": "doctor",
-          "questions": "registry", "sets": "registry", "get": "registry", "Par": "registry",
-          "Question": "registry"}
-__all__ = [*_NAMES, "progress"]
+_NAMES = {"check": "learner.check", "hint": "learner.hints", "hint_button": "learner.hints",
+          "progress": "learner.record", "doctor": "learner.doctor",
+          "questions": "questions.registry", "sets": "questions.registry",
+          "get": "questions.registry", "Par": "questions.registry",
+          "Question": "questions.registry"}
+__all__ = list(_NAMES)
 
 
 def __getattr__(name):

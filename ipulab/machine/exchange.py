@@ -132,22 +132,36 @@ class CopyPlan:
                              self.src_start)
 
     def run(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> None:
-        if self.num_elements == 0:
+        self.run_part(src_arena, dst_arena, 0, self.parts)
+
+    @property
+    def parts(self) -> int:
+        """How finely run_part can cut the plan: into replicas, else into runs (a staged plan
+        of one replica reads all it copies before it writes: it is one part)."""
+        if self.replicas > 1:
+            return self.replicas
+        return 1 if self.staged else int(self._runs[-1].shape[0])
+
+    def run_part(self, src_arena: np.ndarray, dst_arena: np.ndarray, lo: int, hi: int) -> None:
+        """Copy parts lo <= i < hi: replicas of a replicated plan, else runs (lanes.py runs
+        parts at once: they write disjoint elements)."""
+        if self.num_elements == 0 or lo >= hi:
             return
         if self.staged:
             src, tmp_start, dst, length = self._runs
             n = self.num_elements // self.replicas
-            for i in range(self.replicas):
+            for i in range(lo, hi) if self.replicas > 1 else range(1):
                 s, d = (src, dst) if i == 0 else (src + i * self._strides[0],
                                                   dst + i * self._strides[1])
                 tmp = np.empty(n, src_arena.dtype)
                 copy_runs(src_arena, tmp, s, tmp_start, length)
                 copy_runs(tmp, dst_arena, tmp_start, d, length)
         elif self.replicas > 1:
-            copy_runs_replicated(src_arena, dst_arena, *self._runs, *self._strides,
-                                 self.replicas)
-        else:
+            copy_runs_replicated(src_arena, dst_arena, *self._runs, *self._strides, lo, hi)
+        elif hi - lo == self._runs[0].shape[0]:
             copy_runs(src_arena, dst_arena, *self._runs)
+        else:
+            copy_runs(src_arena, dst_arena, *(t[lo:hi] for t in self._runs))
 
     def traffic(self) -> Traffic:
         """What leaves its tile, run by run (replica 0's, and how it repeats)."""

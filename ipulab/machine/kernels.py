@@ -226,25 +226,24 @@ def first_of_pairs(a, b):
 
 @njit(cache=True, nogil=True)
 def copy_runs_replicated(src, dst, src_start, dst_start, length, src_stride, dst_stride,
-                         replicas):
-    """copy_runs for every replica: replica i's run r is shifted by i * src_stride[r] and
-    i * dst_stride[r] (run by run, every replica's copy of a run one after another; the tables
-    are unsigned like copy_runs', so no index is checked for being negative)."""
-    for r in range(length.shape[0]):
-        n = length[r]
-        s0, d0 = src_start[r], dst_start[r]
-        ss, ds = src_stride[r], dst_stride[r]
-        for i in range(replicas):
-            s = s0 + src_start.dtype.type(i) * ss
-            d = d0 + dst_start.dtype.type(i) * ds
+                         first, last):
+    """copy_runs for replicas first <= i < last: replica i's run r is shifted by
+    i * src_stride[r] and i * dst_stride[r] (replica by replica, each one's runs in order;
+    the tables are unsigned like copy_runs', so no index is checked for being negative)."""
+    for i in range(first, last):
+        k = src_start.dtype.type(i)
+        for r in range(length.shape[0]):
+            n = length[r]
+            s = src_start[r] + k * src_stride[r]
+            d = dst_start[r] + k * dst_stride[r]
             if n <= 8:
-                for k in range(n):
-                    dst[d + k] = src[s + k]
+                for j in range(n):
+                    dst[d + j] = src[s + j]
                 continue
             a = src[s:s + n]
             b = dst[d:d + n]
-            for k in range(n):
-                b[k] = a[k]
+            for j in range(n):
+                b[j] = a[j]
 
 
 @njit(cache=True, nogil=True)

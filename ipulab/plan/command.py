@@ -11,7 +11,9 @@ for input that cannot be (PlanError: t·p·r, powers of two, GA, phases, model d
 """
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import sys
 
 from ..errors import PlanError
@@ -96,18 +98,39 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     return doc, found
 
 
+def _short(label: str) -> str:
+    """A mapping's label for the table, a layers list as runs of 3 or more ([3,7x3],
+    [1x32,2x32]: not 128 characters of a p 64 list)."""
+    def runs(m):
+        groups = ((v, len(list(g))) for v, g in itertools.groupby(m.group(1).split(",")))
+        return "[" + ",".join(f"{v}x{n}" if n > 2 else ",".join([v] * n)
+                              for v, n in groups) + "]"
+    return re.sub(r"\[([\d,]+)\]", runs, label)
+
+
 def table(found) -> str:
-    """The estimates as a text table: mapping, fits, peak MiB per IPU, samples/s, reason."""
-    rows = [(describe_run(e.mapping), "yes" if e.fits else "no",
+    """The estimates as a text table: mapping, a replica's batch (micro-batches x samples),
+    fits, peak MiB per IPU, samples/s, reason (precision and optimizer: the heading's)."""
+    rows = [(_short(describe_run(e.mapping, "table")), _replica_batch(e.mapping),
+             "yes" if e.fits else "no",
              f"{e.peak_bytes_per_ipu / MB:,.{2 if e.peak_bytes_per_ipu < 10 * MB else 0}f}"
              if e.memory else "-",
              f"{e.samples_per_second:,.1f}", e.reason) for e in found]
-    head = ("mapping", "fits", "MiB/IPU", "samples/s", "why")
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(4)]
-    line = (lambda r: "  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
-                                 r[2].rjust(widths[2]), r[3].rjust(widths[3]), r[4]]))
+    head = ("mapping", "batch", "fits", "MiB/IPU", "samples/s", "why")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
+    line = (lambda r: "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]),
+                                 r[2].ljust(widths[2]), r[3].rjust(widths[3]),
+                                 r[4].rjust(widths[4]), r[5]]))
     return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("---",))]
                      + [line(r) for r in rows])
+
+
+def _replica_batch(m) -> str:
+    """A replica's batch per step: '64x1' (micro-batches x samples each), or '16'."""
+    size, count = m.micro_batch_size, m.micro_batches
+    if not size:
+        return "-"
+    return str(size) if count in (None, 1) else f"{count}x{size}"
 
 
 def run(args, models: dict | None = None, report=None) -> int:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import arch, devices
-from ..errors import PlanError
+from ..errors import GraphError, PlanError
 from ..target import Target
 from .fullscale import ASSUMPTIONS, full_scale
-from .mapping import Mapping, is_power_of_two
+from .mapping import Mapping
 
 MB = 2**20
 CHECKED = ("the cycle model, checked against the simulator (bytes of the fullest IPU and "
@@ -75,23 +75,15 @@ class Estimate:
 
 def system_of(system) -> arch.System:
     """An arch.System from itself or its name: any of devices.SYSTEM_NAMES (what `ipulab info`
-    lists, aliases included) or podN for a power of two N of 16 or more; or the system of a
-    device or target."""
+    lists, aliases included); or the system of a device or target."""
     if isinstance(system, arch.System):
         return system
     if isinstance(system, (Target, devices.Device)):
         return target_of(system).system
-    name = devices.ALIASES.get(str(system), str(system))
-    if name.startswith("pod") and name[3:].isdigit() and name not in arch.SYSTEMS:
-        n = int(name[3:])
-        if not is_power_of_two(n) or n < 16:
-            raise PlanError(f"system {name}: a Pod's size is a power of two, 16 or more "
-                            f"(pod16, pod32, pod64, ...), not {n}")
-        return arch.pod(n)
-    if name not in arch.SYSTEMS:
-        raise PlanError(f"unknown system {system!r}; choose one of "
-                        f"{', '.join(devices.SYSTEM_NAMES)}")
-    return arch.SYSTEMS[name]
+    try:
+        return devices.find_system(str(system))
+    except GraphError as e:
+        raise PlanError(str(e)) from None
 
 
 def target_of(system) -> Target:

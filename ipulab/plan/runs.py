@@ -28,14 +28,14 @@ def mapping_from_config(config) -> Mapping:
     if config.replicas is None:
         raise PlanError("mapping_from_config: replicas=None is decided by a target; give a "
                         "resolved config (trainer.config, or config.resolve(target))")
-    count = config.micro if config.pipeline is not None else 1    # nn: micro-batches per step
     starts = None if config.pipeline is None or isinstance(config.pipeline, int) else \
         tuple(config.pipeline)
     phases = config.phases if config.phases > 1 else \
         EVERY_LAYER if config.phased else 1
-    return make_mapping(tensor_parallel=(config.tensor_parallel, 1), pipeline=config.num_stages,
-                        replicas=config.replicas, stage_starts=starts,
-                        micro_batch_size=config.batch_size // count, micro_batches=count,
+    return make_mapping(tensor_parallel=config.tensor_parallel_grid,
+                        pipeline=config.num_stages, replicas=config.replicas, stage_starts=starts,
+                        micro_batch_size=config.micro_batch_size,
+                        micro_batches=config.micro_batches,
                         precision=config.precision, optimizer=config.optimizer,
                         momentum=config.momentum > 0, recompute=config.recompute,
                         rts=config.rts, optimizer_state=config.optimizer_state, phases=phases,
@@ -63,35 +63,44 @@ def _scale_out(m: Mapping) -> list[str]:
 
 
 def describe_run(run, style: str = "plan") -> str:
-    """A run (a Mapping or an nn.TrainConfig) described in one of three lengths:
+    """A run (a Mapping or an nn.TrainConfig) described in one of four lengths:
     "plan" — every choice: 't 8x8 · p 1 · r 4 · 32 micro-batches of 1 · fp16 · adam ·
     recompute · rts · phases 96 · state off-chip', layers per stage as [3,7,7,7] or, before
-    they are resolved, where nn cuts (cut at 3,6) (the planner's tables, the cross-check);
+    they are resolved, where nn cuts (cut at 3,6) (the cross-check, the planner widget);
+    "table" — the same without the batch, precision and optimizer, which `ipulab plan`'s
+    table shows in a column and its heading, and the state only where it is off-chip by
+    choice (phases always stream it);
     "words" — replicas and batch, then what differs from plain data parallelism:
     '4 replicas x batch 16, fp32, t 2, recompute' (the training dashboard);
     "marker" — '4×16 fp32' and the same differences, short (a plot's marker)."""
     m = _as_mapping(run)
     size, count = m.micro_batch_size, m.micro_batches
     batch = size * count if size and count else size
-    if style == "plan":
+    if style in ("plan", "table"):
         t1, t2 = m.tensor_parallel
         stages = (f" [{','.join(map(str, m.layers_per_stage))}]" if m.layers_per_stage else
                   f" (cut at {','.join(map(str, m.stage_starts))})" if m.stage_starts else "")
         parts = [f"t {t1}" + (f"x{t2}" if t2 > 1 else ""),
                  f"p {m.pipeline}" + (stages if m.pipeline > 1 else ""), f"r {m.replicas}"]
-        if size:
-            parts.append(f"batch {size}" if count in (None, 1) else
-                         f"{count} micro-batches of {size}")
-        parts += [m.precision, _optimizer(m)] + ["recompute"] * m.recompute + ["rts"] * m.rts
+        if style == "plan":
+            parts += [_batch(size, count)] * bool(size) + [m.precision, _optimizer(m)]
+        parts += ["recompute"] * m.recompute + ["rts"] * m.rts
         parts += [f"phases {m.phases or 'per layer'}"] * m.phased
         state = "off-chip" if m.phased else m.optimizer_state     # it streams with the phases
+        if style == "table":       # off-chip where it is a choice; phases always stream it
+            return " · ".join(parts + ["state off-chip"] * (state == "off-chip" and not m.phased))
         return " · ".join(parts + [f"state {state}"])
     replicas = f"{m.replicas} replica" + "s" * (m.replicas != 1)
     if style == "words":
         return ", ".join([f"{replicas} x batch {batch}", m.precision, *_scale_out(m)])
     if style == "marker":
         return " ".join([f"{m.replicas}×{batch} {m.precision}", *_scale_out(m)])
-    raise PlanError(f"describe_run: style is plan, words or marker, not {style!r}")
+    raise PlanError(f"describe_run: style is plan, table, words or marker, not {style!r}")
+
+
+def _batch(size: int, count: int | None) -> str:
+    """A replica's batch: 'batch 16', or '32 micro-batches of 1'."""
+    return f"batch {size}" if count in (None, 1) else f"{count} micro-batches of {size}"
 
 
 def crosscheck_row(trainer, name: str = "model") -> dict:

@@ -71,8 +71,8 @@ def _driver_for(cls, mode: str, kinds: tuple, workers: int):
             ns = {"compute": _compute_for(cls, mode), "_ipl_regions": regions,
                   "_ipl_view": view}
             exec(source, ns)
-            driver = numba.njit(boundscheck=mode == "checked", error_model="numpy")(
-                ns["driver"])
+            driver = numba.njit(boundscheck=mode == "checked", error_model="numpy",
+                                nogil=True)(ns["driver"])
         _drivers[key] = driver
     return _drivers[key]
 
@@ -135,13 +135,31 @@ class Batch:
         self.plan = plan
         self.progress = np.zeros(1, np.int64)
         self._fn = None
+        self._parts: dict = {}
 
     def __getstate__(self) -> dict:
-        """Everything but the compiled driver (compiled again where the batch is loaded)."""
-        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
+        """Everything but the compiled driver (compiled again where the batch is loaded) and
+        the plan's parts (cut again when needed)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fn", "_parts")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _fn=None)
+        self.__dict__.update(state, _fn=None, _parts={})
+
+    @property
+    def rows(self) -> int:
+        """Vertices in the plan (every replica's)."""
+        return int(self.plan.off.shape[0])
+
+    def _part(self, lo: int, hi: int):
+        """(progress, plan) of rows lo <= v < hi: the plan's per-vertex rows cut (views), the
+        region tables whole; its own progress counter, so parts can run at once."""
+        key = (lo, hi)
+        if key not in self._parts:
+            p = self.plan
+            self._parts[key] = (np.zeros(1, np.int64), BatchPlan(
+                p.off[lo:hi], p.ln[lo:hi], p.vl_first[lo:hi], p.vl_count[lo:hi], p.vl_off,
+                p.vl_len))
+        return self._parts[key]
 
     def _arrays(self, arenas, arenas_ro):
         return [(arenas_ro if ro else arenas)[k] for k, ro in zip(self.arena_keys, self.readonly)]
@@ -167,20 +185,34 @@ class Batch:
         self._fn = driver
 
     def run(self, arenas, arenas_ro) -> None:
+        self.run_part(arenas, arenas_ro, 0, self.rows)
+
+    def prepare(self, arenas, arenas_ro) -> None:
+        """Compile the driver now if it is not yet (a batch of a stored executable), in the
+        calling thread: lanes then run parts of it at once (two threads compiling at once can
+        break CPython's own parser)."""
         if self._fn is None:
             self.compile(arenas, arenas_ro)
+
+    def run_part(self, arenas, arenas_ro, lo: int, hi: int) -> None:
+        """Run the vertices of rows lo <= v < hi (lanes.py runs parts at once: vertices of a
+        compute set write disjoint elements)."""
+        self.prepare(arenas, arenas_ro)
+        if lo >= hi:
+            return
         arrays = self._arrays(arenas, arenas_ro)
+        progress, plan = (self.progress, self.plan) if hi - lo == self.rows else \
+            self._part(lo, hi)
         try:
             if self.mode == "python":
                 _python_driver(self._fn, self.cls.multi, self.workers, self.kinds,
-                               self.progress, arrays, self.plan)
+                               progress, arrays, plan)
             else:
-                self._fn(self.progress, *arrays, *self.plan)
+                self._fn(progress, *arrays, *plan)
         except Exception as e:
-            raise self._run_error(e) from None
+            raise self._run_error(e, lo + int(progress[0])) from None
 
-    def _run_error(self, e: Exception) -> CodeletError:
-        k = int(self.progress[0])
+    def _run_error(self, e: Exception, k: int) -> CodeletError:
         vid, tile = int(self.vertex_ids[k]), int(self.vertex_tiles[k])
         if self.replicas > 1:
             replica = k // (len(self.vertex_ids) // self.replicas)

@@ -73,7 +73,7 @@ def _source(cls, mode: str, driver_source: str, mod) -> str:
         f"@numba.njit(cache=True, {flags}, inline='always')",
         ast.unparse(tree),
         f"compute = {fn.__name__}",
-        f"@numba.njit(cache=True, {flags})",
+        f"@numba.njit(cache=True, nogil=True, {flags})",     # lanes run parts at once
         driver_source])
 
 

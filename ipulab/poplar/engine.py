@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from ..errors import EngineError
+from ..machine import lanes
 from .codelet import MODES
 from .compile import compile_graph
 from .executables import compiled_for
@@ -64,6 +65,7 @@ class _RunState:
         self.arenas, self.arenas_ro = engine._arenas, engine._arenas_ro
         self.remote = engine._remote
         self.trace: list[int] = []
+        self.lanes = engine._lanes        # threads a step may split its kernels over
         self._engine = engine
         self._pos = dict(engine._stream_pos)
         self._pending: list = []
@@ -109,6 +111,9 @@ class Engine:
                 raise EngineError(f"program {i} is a {type(p).__name__}, not a program")
         self.options = dict(options or {})
         self.mode = _mode(self.options)
+        # parts of a step run at once only in compiled mode: checked and python modes stop at
+        # a learner's first failing vertex, in order, as they always did
+        self._lanes = lanes.available() if self.mode == "compiled" else 1
         self.target = graph._state.target
         self._compiled = compiled_for(graph, programs, self.mode, compile_graph,
                                       str(self.options.get("cache", "true")) == "true")

@@ -20,8 +20,8 @@ from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
 from ..machine.kernels import alias_slots, first_marked, first_repeat, row_hashes, slot_runs, \
     slots_in_place
+from .actions import ComputeAction
 from .codelet import Batch, BatchPlan
-from .types import round_half
 from .vertices import per_vertex, ragged
 
 _EMPTY = np.zeros(0, np.int64)
@@ -220,7 +220,8 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post,
+                                    c.rep.r)
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)
@@ -473,22 +474,3 @@ class ComputeSetLowering:
         entries = np.bincount(s.tile[in_list], minlength=self.c.T) * cost.vector_list_entry_bytes
         self.c.vstate += np.bincount(v.tile, weights=fixed[v.batch],
                                      minlength=self.c.T).astype(np.int64) + entries
-
-
-class ComputeAction:
-    """What running a compute set's step does: exchange in, run the batches, round HALF
-    outputs, exchange out. (Plain data, so a compiled executable can be stored.)"""
-
-    def __init__(self, pre: list, batches: list, half_out: dict, post: list):
-        self.pre, self.batches, self.half_out, self.post = pre, batches, half_out, post
-
-    def __call__(self, state) -> None:
-        for plan, key in self.pre:
-            plan.run(state.arenas[key], state.arenas[key])
-        for b in self.batches:
-            b.run(state.arenas, state.arenas_ro)
-        for key, idx in self.half_out.items():
-            a = state.arenas[key]
-            a[idx] = round_half(a[idx])
-        for plan, key in self.post:
-            plan.run(state.arenas[key], state.arenas[key])

@@ -8,6 +8,7 @@ import numpy as np
 from ..errors import EngineError, ProgramError
 from ..machine import bsp
 from ..machine.exchange import CopyPlan
+from .actions import CopyAction
 from .lower_compute import first_duplicate
 from .state import DataStream, RemoteBuffer
 
@@ -156,17 +157,6 @@ def remote_copy(c, p) -> bsp.Step:
 
 
 # --- what the steps do when they run (plain data, so a compiled executable can be stored) -----
-class CopyAction:
-    """Run copy plans, each in its arena."""
-
-    def __init__(self, plans: list):
-        self.plans = plans
-
-    def __call__(self, state) -> None:
-        for plan, key in self.plans:
-            plan.run(state.arenas[key], state.arenas[key])
-
-
 class StreamAction:
     """A host FIFO copy: elements ids of arena key from (to_device) or to the stream."""
 

@@ -73,10 +73,32 @@ def divisor(geometry, oy, ox):
     return np.float32(inside)
 
 
+@njit(cache=True, inline="always")
+def max_tap(x, W, H, row, iy, ix, acc, found):
+    """(acc, found) after tap (iy, ix) of a max pooling window over region x (row: the
+    region's row of iy = 0): the first value inside the input, then any larger one; nan wins."""
+    if iy >= 0 and iy < H and ix >= 0 and ix < W:
+        v = x[u((row + iy) * W + ix)]
+        if not found or (acc == acc and (v > acc or v != v)):
+            acc = v
+        found = True
+    return acc, found
+
+
+@njit(cache=True, inline="always")
+def is_window_2x2(geometry):
+    """Whether the window's taps are (0, 0), (0, 1), (1, 0), (1, 1), in that order."""
+    return len(geometry) == HEADER + 8 and geometry[9] == 0 and geometry[10] == 0 and \
+        geometry[11] == 0 and geometry[12] == 1 and geometry[13] == 1 and \
+        geometry[14] == 0 and geometry[15] == 1 and geometry[16] == 1
+
+
 def _pool(geometry, runs, inp, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
+    sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
     is_max = geometry[8] == 0
+    two_by_two = is_max and is_window_2x2(geometry)     # the usual window: its taps unrolled
     for j in range(len(out)):
         x = inp[j]
         o = out[j]
@@ -85,19 +107,26 @@ def _pool(geometry, runs, inp, out):
         base = (r // Ho) * H - runs[2 * j + 1]          # row of x (in this region) of iy = 0
         q = 0
         while q + Wo <= len(o):                         # row by row (no division per row)
+            y0 = oy * sy - py                           # tap() with the geometry in locals
             for ox in range(Wo):
+                x0 = ox * sx - px
                 acc = np.float32(0.0)
                 found = False
+                if two_by_two:
+                    acc, found = max_tap(x, W, H, base, y0, x0, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0, x0 + 1, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0 + 1, x0, acc, found)
+                    acc, found = max_tap(x, W, H, base, y0 + 1, x0 + 1, acc, found)
+                    o[u(q + ox)] = acc
+                    continue
                 for t in range(taps):
-                    iy, ix, inside = tap(geometry, oy, ox, t)
-                    if inside:
-                        v = x[u((base + iy) * W + ix)]
-                        if not is_max:
-                            acc += v
-                        elif not found or (acc == acc and (v > acc or v != v)):
-                            acc = v                   # the first max; nan wins
-                        found = True
-                o[q + ox] = acc if is_max else acc / divisor(geometry, oy, ox)
+                    iy = y0 + geometry[u(HEADER + 2 * t)]
+                    ix = x0 + geometry[u(HEADER + 2 * t + 1)]
+                    if is_max:
+                        acc, found = max_tap(x, W, H, base, iy, ix, acc, found)
+                    elif iy >= 0 and iy < H and ix >= 0 and ix < W:
+                        acc += x[u((base + iy) * W + ix)]
+                o[u(q + ox)] = acc if is_max else acc / divisor(geometry, oy, ox)
             q += Wo
             oy += 1
             if oy == Ho:                                # the next plane
@@ -105,29 +134,49 @@ def _pool(geometry, runs, inp, out):
                 base += H
 
 
+@njit(cache=True, inline="always")
+def grad_tap(xj, o, W, H, seen, own, iy, ix, p, g):
+    """Whether tap (iy, ix) is inside and holds its window's max p (nan matches nan): then
+    its input position in o (if o holds that row) gets g added."""
+    if iy >= 0 and iy < H and ix >= 0 and ix < W:
+        v = xj[u((seen + iy) * W + ix)]
+        if v == p or (p != p and v != v):
+            if own + iy >= 0 and (own + iy) * W < len(o):
+                o[u((own + iy) * W + ix)] += g
+            return True
+    return False
+
+
 def _max_pool_grad(geometry, runs, x, pooled, grad, out):
     H, W, Ho, Wo = geometry[0], geometry[1], geometry[2], geometry[3]
+    sy, sx, py, px = geometry[4], geometry[5], geometry[6], geometry[7]
     taps = (len(geometry) - 9) // 2
+    two_by_two = is_window_2x2(geometry)           # the usual window: its taps unrolled
     for j in range(len(out)):
         o, xj, pj, gj = out[j], x[j], pooled[j], grad[j]     # each region's view, once
         for k in range(len(o)):
-            o[k] = 0.0
+            o[u(k)] = 0.0
         r = runs[3 * j + 1]                        # global pooled row of grad[j], pooled[j]
         oy = r % Ho
         own = (r // Ho) * H - runs[3 * j]          # row of o of iy = 0
         seen = (r // Ho) * H - runs[3 * j + 2]     # row of x[j] of iy = 0
         q = 0
         while q + Wo <= len(gj):                   # row by row (no division per row)
+            y0 = oy * sy - py                      # tap() with the geometry in locals
             for ox in range(Wo):
-                p = pj[q + ox]
+                x0 = ox * sx - px
+                p = pj[u(q + ox)]
+                g = gj[u(q + ox)]
+                if two_by_two:                     # the first tap with the max takes g
+                    if not grad_tap(xj, o, W, H, seen, own, y0, x0, p, g):
+                        if not grad_tap(xj, o, W, H, seen, own, y0, x0 + 1, p, g):
+                            if not grad_tap(xj, o, W, H, seen, own, y0 + 1, x0, p, g):
+                                grad_tap(xj, o, W, H, seen, own, y0 + 1, x0 + 1, p, g)
+                    continue
                 for t in range(taps):
-                    iy, ix, inside = tap(geometry, oy, ox, t)
-                    if inside:
-                        v = xj[u((seen + iy) * W + ix)]
-                        if v == p or (p != p and v != v):     # the first tap with the max
-                            if own + iy >= 0 and (own + iy) * W < len(o):
-                                o[(own + iy) * W + ix] += gj[q + ox]
-                            break
+                    if grad_tap(xj, o, W, H, seen, own, y0 + geometry[u(HEADER + 2 * t)],
+                                x0 + geometry[u(HEADER + 2 * t + 1)], p, g):
+                        break
             q += Wo
             oy += 1
             if oy == Ho:

@@ -114,11 +114,22 @@ def runs(indices) -> list[tuple[int, int]]:
 
 
 def per_tile_runs(tiles, positions, num_tiles: int) -> list[list[tuple[int, int]]]:
-    """A tile mapping list: element positions[i] goes to tiles[i]."""
+    """A tile mapping list: element positions[i] goes to tiles[i] (tiles outside
+    0..num_tiles-1 are left out). The runs are found for all tiles at once: a Python step per
+    run, none per tile."""
     tiles, positions = np.asarray(tiles, np.int64), np.asarray(positions, np.int64)
+    keep = (tiles >= 0) & (tiles < num_tiles)
+    tiles, positions = tiles[keep], positions[keep]
     order = np.lexsort((positions, tiles))
-    bounds = np.searchsorted(tiles[order], np.arange(num_tiles + 1))
-    return [runs(positions[order[bounds[t]:bounds[t + 1]]]) for t in range(num_tiles)]
+    t, p = tiles[order], positions[order]
+    out: list[list[tuple[int, int]]] = [[] for _ in range(num_tiles)]
+    if p.size == 0:
+        return out
+    breaks = np.flatnonzero((np.diff(t) != 0) | (np.diff(p) != 1)) + 1
+    first, last = np.r_[0, breaks], np.r_[breaks - 1, p.size - 1]
+    for tile, begin, end in zip(t[first].tolist(), p[first].tolist(), (p[last] + 1).tolist()):
+        out[tile].append((begin, end))
+    return out
 
 
 def grain_of(dtype) -> int:

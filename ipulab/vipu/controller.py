@@ -15,6 +15,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -38,24 +39,42 @@ def default_user() -> str:
         raise VipuError("no user name: set $IPULAB_USER or pass --user NAME") from None
 
 
-def connect(db=None, user: str | None = None, timeout: float = 10.0) -> "Controller":
-    """The controller of the Pod kept in db (default $IPULAB_VIPU_DB, else
-    ~/.ipulab/vipu.sqlite), acting for user (default $IPULAB_USER, else the login name)."""
-    return Controller(db, user, timeout)
+def connect(db=None, user: str | None = None, timeout: float = 10.0, server=None):
+    """The controller of a Pod. Local mode (one person): the state in db (default
+    $IPULAB_VIPU_DB, else ~/.ipulab/vipu.sqlite), acting for user (default $IPULAB_USER, else
+    the login name), a label and not an identity. Through a server (a class on one machine):
+    server, the socket of `ipulab vipu serve` (default $IPULAB_VIPU_SERVER when no db is
+    given), where the user is the account the kernel names; a user given then is ignored,
+    with a warning if it is not that account."""
+    if server is None and db is None:
+        server = os.environ.get("IPULAB_VIPU_SERVER") or None
+    if server is None:
+        return Controller(db, user, timeout)
+    if db is not None:
+        raise VipuError("give db (local mode) or server (a shared Pod), not both: the "
+                        "server alone opens its state file")
+    from .client import RemoteController
+    ctl = RemoteController(server, timeout=max(float(timeout), 30.0))
+    claimed = user if user is not None else os.environ.get("IPULAB_USER")
+    if claimed and claimed != ctl.user:
+        warnings.warn(ignored_user(claimed, ctl), stacklevel=2)
+    return ctl
+
+
+def ignored_user(claimed: str, ctl) -> str:
+    """What a client is told when it claims a name the server does not take."""
+    return (f"the user name {claimed!r} is ignored: the V-IPU server knows you as "
+            f"{ctl.user!r}, your account as the kernel names it")
 
 
 def pod_system(name: str) -> arch.System:
-    """A Pod of arch by name (pod16, pod64, m2000-pod16, ...), built of 4-IPU machines."""
-    s = arch.SYSTEMS.get(name)
-    if s is None and name.startswith("m2000-pod") and name[9:].isdigit():
-        try:
-            s = arch.pod(int(name[9:]), arch.ipu2)
-        except ValueError:
-            s = None
+    """A Pod of `ipulab info`'s systems by name (pod16 ... pod256, m2000-pod16 ...), built of
+    4-IPU machines."""
+    s = arch.SYSTEMS.get(name) if isinstance(name, str) else None
     if s is None or s.num_ipus < 16 or s.chip.name not in arch.POD_MACHINES:
-        pods = [n for n, x in arch.SYSTEMS.items() if n.startswith("pod")]
+        pods = [n for n, x in arch.SYSTEMS.items() if x.num_ipus >= 16]
         raise StateError(f"unknown Pod {name!r}: a V-IPU cluster is one of {', '.join(pods)} "
-                         "(or m2000-podN)")
+                         "(the Pods of `ipulab info`)")
     return s
 
 
@@ -77,14 +96,23 @@ def spans(ipus) -> str:
 
 
 class Controller:
-    """A V-IPU controller acting for one user over the state in one SQLite file."""
+    """A V-IPU controller acting for one user over the state in one SQLite file. admin: the
+    administrator's controller (vipu-admin's view: every allocation and partition, and the
+    removal of any partition), as `ipulab vipu serve` gives its own user."""
 
-    def __init__(self, db=None, user: str | None = None, timeout: float = 10.0):
+    def __init__(self, db=None, user: str | None = None, timeout: float = 10.0,
+                 admin: bool = False):
         self.store = Store(db, timeout)
         self.user = _checked_user(user if user is not None else default_user())
+        self.admin = bool(admin)
 
     def __repr__(self) -> str:
         return f"Controller({str(self.store.path)!r}, user={self.user!r})"
+
+    @property
+    def where(self) -> str:
+        """Where the state is: the state file (a server's controller: its socket)."""
+        return str(self.store.path)
 
     # --- the cluster ---------------------------------------------------------------------------
     def init(self, system: str = "pod16", allocations=None) -> list[Allocation]:
@@ -112,16 +140,22 @@ class Controller:
             return _system(conn)
 
     def list_allocations(self) -> list[Allocation]:
-        """The allocations granted to this user (or to everyone), with their free IPUs."""
+        """The allocations granted to this user (or to everyone), with their free IPUs (the
+        administrator: every allocation)."""
         with self.store.read() as conn:
             _, allocs, parts = _snapshot(conn, self)
-        return [a.with_free(_free(a, parts)) for a in allocs if a.granted_to(self.user)]
+        return [a.with_free(_free(a, parts)) for a in allocs
+                if self.admin or a.granted_to(self.user)]
 
     def list_partitions(self) -> list[Partition]:
-        """The partitions this user may see: their own and those shared with them."""
+        """The partitions this user may see: their own and those shared with them (the
+        administrator: every partition)."""
         with self.store.read() as conn:
             parts = _snapshot(conn, self)[2]
-        return [p for p in parts if p.visible_to(self.user)]
+        return [p for p in parts if self._sees(p)]
+
+    def _sees(self, p: Partition) -> bool:
+        return self.admin or p.visible_to(self.user)
 
     def partition(self, name: str) -> Partition:
         """The partition of that name, if visible to this user."""
@@ -130,20 +164,27 @@ class Controller:
         return self._visible(name, parts)
 
     def _visible(self, name: str, parts: list[Partition]) -> Partition:
+        """The partition of that name if this user may see it; else UnknownPartitionError,
+        whether or not another user has one of that name (a refusal reveals nothing)."""
         for p in parts:
-            if p.name == name and p.visible_to(self.user):
+            if p.name == name and self._sees(p):
                 return p
-        mine = [p.name for p in parts if p.visible_to(self.user)]
+        mine = [p.name for p in parts if self._sees(p)]
         raise UnknownPartitionError(
             f"unknown partition {name!r}: no partition of that name is visible to user "
             f"{self.user!r} (a partition is visible only to its creator unless shared); "
             f"visible: {', '.join(mine) or 'none'}")
 
     def alive(self, lease: int) -> bool:
-        """Whether the partition with this lease (its row id, never reused) still exists."""
+        """Whether the partition with this lease (its row id, never reused) still exists and
+        this user may see it (what a device asks before every run)."""
         with self.store.read() as conn:
-            return conn.execute("SELECT 1 FROM partitions WHERE id=?",
-                                (lease,)).fetchone() is not None
+            row = conn.execute("SELECT user, shared FROM partitions WHERE id=?",
+                               (lease,)).fetchone()
+        if row is None:
+            return False
+        shared = row[1].split(",") if isinstance(row[1], str) and row[1] else []
+        return self.admin or row[0] == self.user or self.user in shared or EVERYONE in shared
 
     # --- partitions ----------------------------------------------------------------------------
     def create_partition(self, name: str, size: int, allocation: str | None = None,
@@ -160,9 +201,10 @@ class Controller:
         with self.store.write() as conn:
             pod, allocs, parts = _snapshot(conn, self)
             taken = [p for p in parts if p.name == name]
-            if taken:
-                raise PartitionNameError(f"a partition named {name!r} already exists (owner "
-                                         f"{taken[0].user}): partition names are unique")
+            if taken:           # whose it is, only if this user may see it
+                owner = f" (owner {taken[0].user})" if self._sees(taken[0]) else ""
+                raise PartitionNameError(f"a partition named {name!r} already exists{owner}: "
+                                         "partition names are unique in the Pod")
             alloc, first = _place(name, size, gcds, allocation, user, pod, allocs, parts)
             cur = conn.execute(
                 "INSERT INTO partitions (name, allocation, first_ipu, size, user, "
@@ -182,7 +224,7 @@ class Controller:
             p = self._owned(name, parts, "remove")
             conn.execute("DELETE FROM ipus WHERE partition=?", (p.lease,))
             conn.execute("DELETE FROM partitions WHERE id=?", (p.lease,))
-            scrub(self.store, p.lease)    # in the transaction: cleared before the IPUs are free
+            scrub(self.where, p.lease)    # in the transaction: cleared before the IPUs are free
         return p
 
     def share(self, name: str, users=EVERYONE) -> Partition:
@@ -199,10 +241,11 @@ class Controller:
         return p.with_shared(shared)
 
     def _owned(self, name: str, parts: list[Partition], verb: str) -> Partition:
-        """The partition of that name, if this user created it (one they cannot see is
-        UnknownPartitionError only if it does not exist at all: they are told whose it is)."""
-        p = next((p for p in parts if p.name == name), None) or self._visible(name, parts)
-        if p.user != self.user:
+        """The partition of that name, if this user created it (or is the administrator). One
+        they cannot see is UnknownPartitionError, as if it did not exist; one shared with
+        them is PartitionOwnerError, naming its owner."""
+        p = self._visible(name, parts)
+        if p.user != self.user and not self.admin:
             raise PartitionOwnerError(f"user {self.user!r} cannot {verb} partition {name!r}: "
                                       f"it belongs to {p.user!r}, and only its creator can")
         return p

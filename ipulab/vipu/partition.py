@@ -83,16 +83,17 @@ class PartitionSystem(arch.System):
         return self.pod.route(self.ipus[src_ipu], self.ipus[dst_ipu])
 
 
-# Devices of live partitions in this process, by (state file, lease): what scrub() clears.
+# Devices of live partitions in this process, by (where the state is, lease): what scrub()
+# clears. `where` is the controller's: its state file, or its server's socket.
 _DEVICES: dict[tuple[str, int], weakref.WeakSet] = {}
 _LOCK = threading.Lock()
 
 
-def scrub(store, lease: int) -> None:
+def scrub(where: str, lease: int) -> None:
     """Zero the memory of every device of the partition with this lease in this process
     (its partition is being removed)."""
     with _LOCK:
-        devs = list(_DEVICES.pop((str(store.path), lease), ()))
+        devs = list(_DEVICES.pop((where, lease), ()))
     for d in devs:
         d.scrub()
 
@@ -107,7 +108,7 @@ class PartitionDevice(Device):
         self._memory: list[weakref.ref] = []      # the arrays handed out, while in use
         self._lock = threading.Lock()
         with _LOCK:
-            _DEVICES.setdefault((str(partition.controller.store.path), partition.lease),
+            _DEVICES.setdefault((partition.controller.where, partition.lease),
                                 weakref.WeakSet()).add(self)
 
     def __repr__(self) -> str:

@@ -82,6 +82,9 @@ class Store:
                  if r[0] != "sqlite_sequence"}
         if not names and allow_empty:
             return False
+        if not names:               # an empty file (as `ipulab vipu serve` makes it)
+            raise StateError(f"no V-IPU state in {self.path} yet: run `ipulab vipu init "
+                             "--system pod16` (or Controller.init) first")
         if names != TABLES:
             raise StateError(f"{self.path} is not a V-IPU state file (tables: "
                              f"{', '.join(sorted(names)) or 'none'}); it was left untouched")

@@ -65,7 +65,9 @@ def liveness(profile, *, max_points: int = MAX_POINTS, width: int = 620):
              line_width=2, color=SERIES[1], legend_label="fullest tile (right axis)")
     fig.yaxis.formatter = NumeralTickFormatter(format="0,0")
     fig.xaxis.ticker = AdaptiveTicker(min_interval=1)   # steps are whole numbers
-    fig.legend.location = "bottom_right"
+    fig.add_layout(fig.legend[0], "below")       # under the plot, never over its lines
+    fig.legend.ncols = 2 if width >= 560 else 1      # two columns need ~560 px
+    fig.legend.label_text_font_size = "11px"
     if not data["step"].size:
         note(fig, "no steps were executed")
     hover(fig, [total], [("step", "@step: @name (@kind)"), ("all tiles", "@total{0,0} B"),

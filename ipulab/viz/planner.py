@@ -28,7 +28,7 @@ def memory_bars(memory_per_ipu: list[dict], sram_bytes: int, title: str = "") ->
         f.vbar_stack(kinds, x="stage", width=0.7, source=ColumnDataSource(data),
                      color=list(SERIES[:len(kinds)]),
                      legend_label=[k.replace("_", " ") for k in kinds])
-        f.legend.location = "top_left"
+        f.add_layout(f.legend[0], "right")      # beside the bars, never over them
         f.legend.label_text_font_size = "8pt"
     f.add_layout(Span(location=sram_bytes / MIB, dimension="width", line_color="#d62728",
                       line_dash="dashed", line_width=2))
@@ -68,9 +68,9 @@ def planner_report(doc: dict) -> column:
     mapping (doc: the planner's JSON document)."""
     best = doc["mappings"][0]
     notes = "".join(f"<li>{escape(a)}</li>" for a in doc.get("assumptions", ()))
+    verdict = best["reason"] if best["fits"] else f"does not fit: {best['reason']}"
     head = Div(text=f"<h2>ipulab plan: {escape(doc['model'])} on {escape(doc['system'])}</h2>"
-               f"<p>{doc['parameters']:,} parameters; first mapping: "
-               f"{'fits' if best['fits'] else 'does not fit'} ({escape(best['reason'])})</p>"
+               f"<p>{doc['parameters']:,} parameters; first mapping: {escape(verdict)}</p>"
                + (f"<p>The numbers rest on:</p><ul>{notes}</ul>" if notes else ""))
     parts = [head]
     if best.get("memory_per_ipu"):

@@ -7,7 +7,7 @@ controller or the scheduler: ipulab.vipu hands them the columns.
 from __future__ import annotations
 
 import numpy as np
-from bokeh.models import ColumnDataSource, Range1d
+from bokeh.models import BasicTicker, ColumnDataSource, Range1d
 
 from .base import figure, hover, note, plural
 from .palette import EMPTY_COLOR, SERIES
@@ -40,17 +40,27 @@ def partition_data(num_ipus: int, partitions, ipus_per_machine: int = 4,
             "color": np.asarray([colors.get(k, EMPTY_COLOR) for k in key], object)}
 
 
+def integer_ticks(*axes) -> None:
+    """Ticks on whole numbers only (an IPU, a machine: never 0.5), without minor ticks."""
+    for axis in axes:
+        axis.ticker = BasicTicker(min_interval=1)
+        axis.minor_tick_line_color = None
+
+
 def pod_partitions(num_ipus: int, partitions, *, ipus_per_machine: int = 4,
-                   color_by: str = "user", title: str = "The Pod's IPUs"):
+                   color_by: str = "user", title: str = "The Pod's IPUs",
+                   color_name: str | None = None):
     """The Pod as a grid: a row per machine, a square per IPU, coloured by owner (or partition)
     and labelled with its partition. `partitions`: dicts with name, ipus (global indices) and
-    user."""
+    user. color_name: what the colours stand for, when the "user" key carries something
+    else (a pipeline stage, say)."""
     data = partition_data(num_ipus, partitions, ipus_per_machine, color_by)
     machines = int(data["machine"].max()) + 1 if num_ipus else 0
     free = int((data["partition"] == "").sum())
+    shown = color_name or color_by
     fig = figure(title, "IPU in its machine", "machine",
                  subtitle=f"{plural(len(partitions), 'partition')}, {free} of {num_ipus} IPUs "
-                          f"free; colour = {color_by}",
+                          f"free; colour = {shown}",
                  frame_width=min(MAX_WIDTH, 90 * ipus_per_machine),
                  frame_height=int(np.clip(40 * machines, 120, 700)),
                  x_range=Range1d(-0.5, ipus_per_machine - 0.5),
@@ -61,8 +71,9 @@ def pod_partitions(num_ipus: int, partitions, *, ipus_per_machine: int = 4,
     fig.text(x="slot", y="machine", text="label", source=source, text_align="center",
              text_baseline="middle", text_font_size="10px")
     fig.xgrid.visible = fig.ygrid.visible = False
+    integer_ticks(fig.xaxis, fig.yaxis)
     hover(fig, [cells], [("IPU", "@ipu (machine @machine)"), ("partition", "@partition"),
-                         ("owner", "@user")])
+                         (color_name or "owner", "@user")])
     return fig
 
 
@@ -102,8 +113,10 @@ def ipu_gantt(jobs: dict, num_ipus: int, *, title: str = "Jobs on the Pod's IPUs
                  legend_label="reservation (backfill)")
     if not data["name"].size:
         note(fig, "no jobs")
-    fig.legend.location = "top_right"
-    fig.legend.click_policy = "hide"
+    if fig.legend:                        # beside the chart, never over a job
+        fig.add_layout(fig.legend[0], "right")
+        fig.legend.click_policy = "hide"
+    integer_ticks(fig.yaxis)
     hover(fig, [boxes], [("job", "@name (@user)"), ("IPUs", "@ipus from IPU @first_ipu"),
                          ("runs", "@left{0.00} h to @right{0.00} h"),
                          ("waited", "@wait{0.0} min")])

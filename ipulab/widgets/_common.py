@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+import ipywidgets as W
 import numpy as np
 from bokeh.models import ColumnDataSource, Plot
 from jupyter_bokeh import BokehModel
@@ -42,6 +43,13 @@ class BokehPane(BokehModel):
             super().close()
         except KeyError:
             pass
+
+
+def toggle_buttons(options, description: str = "", **kwargs) -> W.ToggleButtons:
+    """ToggleButtons with their description beside the buttons, as every other control's
+    (ipywidgets 8 draws it above them): the widget laid out as a flex row."""
+    layout = W.Layout(display="flex", flex_flow="row", align_items="center", width="auto")
+    return W.ToggleButtons(options=options, description=description, layout=layout, **kwargs)
 
 
 def bokeh_pane(model) -> BokehPane:

@@ -19,7 +19,7 @@ from .. import plan
 from ..errors import PlanError
 from ..plan.search import shard_shapes
 from ..viz.planner import memory_bars, time_breakdown
-from ._common import bokeh_pane
+from ._common import bokeh_pane, toggle_buttons
 
 
 def _shards(num_ipus: int) -> list[str]:
@@ -62,7 +62,7 @@ class PlannerWidget(W.VBox):
         self.phases = W.Dropdown(options=[1] + [k for k in (2, 4, 8, 12, 24, 48, 96)
                                                 if k <= spec.num_layers],
                                  value=1, description="phases")
-        self.state = W.ToggleButtons(options=["on-chip", "off-chip"], description="state")
+        self.state = toggle_buttons(["on-chip", "off-chip"], "state")
         self.status = W.HTML()
         self.figures = W.VBox()
         for c in (self.t, self.p, self.rts, self.phases, self.state):
@@ -97,9 +97,10 @@ class PlannerWidget(W.VBox):
         self.estimate = e
         colour = "#2ca02c" if e.fits else "#d62728"
         notes = "".join(f"<li>{html.escape(a)}</li>" for a in e.assumptions)
-        self.status.value = (f"<b style='color:{colour}'>{'fits' if e.fits else 'does not fit'}"
-                             f"</b> — {html.escape(plan.describe_run(e.mapping))}: "
-                             f"{html.escape(e.reason)}; {e.samples_per_second:,.1f} samples/s"
+        verdict, _, why = (e.reason if e.fits else f"does not fit: {e.reason}").partition(": ")
+        self.status.value = (f"<b style='color:{colour}'>{verdict}</b> — "
+                             f"{html.escape(plan.describe_run(e.mapping))}: {html.escape(why)}; "
+                             f"{e.samples_per_second:,.1f} samples/s"
                              f"<ul style='font-size:12px;margin:2px 0'>{notes}</ul>")
         self.figures.children = (
             bokeh_pane(memory_bars([s["kinds"] for s in e.memory], e.sram_bytes)),

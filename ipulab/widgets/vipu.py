@@ -13,7 +13,7 @@ import ipywidgets as W
 from .. import viz
 from ..errors import VipuError
 from ..vipu.scheduler import POLICIES, Scheduler, load_trace
-from ._common import bokeh_pane, esc, table
+from ._common import bokeh_pane, esc, table, toggle_buttons
 
 ANY = "(any)"
 
@@ -31,22 +31,25 @@ class PodAdmin(W.VBox):
             raise VipuError("PodAdmin needs at least one vipu.Controller")
         self.controllers = {c.user: c for c in controllers}
         self.pod = controllers[0].system
-        sizes = [2 ** k for k in range(self.pod.num_ipus.bit_length())]
+        n = self.pod.num_ipus
+        # powers of two up to the Pod, and sizes the controller refuses (12: not a power of
+        # two; twice the Pod: too large), so a refusal is one click away
+        sizes = sorted({2 ** k for k in range(n.bit_length())} | {3, 6, 12, 2 * n})
         self.user = W.Dropdown(options=list(self.controllers), description="user")
         self.name = W.Text(value="p0", description="name")
-        self.size = W.Dropdown(options=sizes, value=sizes[min(2, len(sizes) - 1)],
-                               description="IPUs")
+        self.size = W.Dropdown(options=sizes, value=4, description="IPUs")
         self.allocation = W.Dropdown(description="allocation")
         self.create = W.Button(description="Create partition", button_style="success")
         self.chosen = W.Dropdown(description="partition")
         self.remove = W.Button(description="Remove partition", button_style="danger")
-        self.color_by = W.ToggleButtons(options=["user", "partition"], description="colour by")
+        self.color_by = toggle_buttons(["user", "partition"], "colour by")
         self.status, self.listing = W.HTML(), W.HTML()
+        self.message = ""                         # the status as plain text
         self.figure = self._figure()
         self._pane = bokeh_pane(self.figure)
         self.create.on_click(self._create)
         self.remove.on_click(self._remove)
-        self.user.observe(lambda _: self.refresh(), "value")
+        self.user.observe(self._new_user, "value")
         self.color_by.observe(lambda _: self.refresh(), "value")
         super().__init__([W.HBox([self.user, self.color_by]),
                           W.HBox([self.name, self.size, self.allocation, self.create]),
@@ -72,11 +75,22 @@ class PodAdmin(W.VBox):
                                   color_by=self.color_by.value,
                                   title=f"{self.pod.description}: partitions")
 
+    def allocations(self) -> list:
+        """Every allocation one of the users may see, once each, in the Pod's order: the
+        administrator's list, so a request into someone else's is one click away (and
+        refused by the controller)."""
+        seen = {}
+        for c in self.controllers.values():
+            for a in c.list_allocations():
+                seen.setdefault(a.name, a)
+        return sorted(seen.values(), key=lambda a: a.first_machine)
+
     def refresh(self) -> None:
         """Redraw the Pod and the lists from the controllers' state."""
         mine = self.controller
         allocs = mine.list_allocations()
-        self.allocation.options = [ANY] + [a.name for a in allocs]
+        self.allocation.options = [(ANY, ANY)] + [
+            (f"{a.name} ({a.user or 'everyone'})", a.name) for a in self.allocations()]
         self.chosen.options = [p.name for p in mine.list_partitions() if p.user == mine.user]
         self.remove.disabled = not self.chosen.options
         self.figure = self._figure()
@@ -87,7 +101,14 @@ class PodAdmin(W.VBox):
         self.listing.value = (table(["partition", "owner", "allocation", "IPUs", "range"], rows,
                                     empty="no partitions") + f"<div>{esc(free)}</div>")
 
+    def _new_user(self, _=None) -> None:
+        self.allocation.value = ANY                # another user: any of theirs, to start
+        self.refresh()
+
     def _say(self, ok: bool, text: str) -> None:
+        """Show the outcome of a click (green, or red for a refusal); `message` keeps it as
+        plain text."""
+        self.message = text
         color = "#2e7d32" if ok else "#c62828"
         self.status.value = f"<span style='color:{color}'>{esc(text)}</span>"
 
@@ -120,8 +141,7 @@ class ScheduleExplorer(W.VBox):
 
     def __init__(self, jobs, num_ipus: int = 16, policy: str = "fifo"):
         self.jobs, self.num_ipus = load_trace(jobs), int(num_ipus)
-        self.policy = W.ToggleButtons(options=list(POLICIES), value=policy,
-                                      description="policy")
+        self.policy = toggle_buttons(list(POLICIES), "policy", value=policy)
         self.summary = W.HTML()
         self.schedule = Scheduler(self.num_ipus, policy).run(self.jobs)
         self.figure = self._figure()

@@ -9,11 +9,17 @@ covers the page.
 The test runs the course as a learner does: `ipulab course workspace` copies it into a
 throw-away workspace outside the checkout, and JupyterLab (127.0.0.1, free port, no token,
 throw-away config/data/runtime dirs with a "python3" kernelspec pointing at this interpreter,
-the workspace's own Jupyter config as `ipulab lab` gives it) is rooted there. Running every
-notebook must leave `git status --porcelain` of the checkout as it was (empty on a clean
-checkout). A screenshot of each notebook goes to test-artifacts/browser/. Besides the course
-notebooks it runs tests/browser/bow2000_views.ipynb (every viz figure and widget for a full
-Bow-2000, issue 3), which must finish within its TIME_LIMITS entry. It needs Chromium
+the workspace's own Jupyter config as `ipulab lab` gives it) is rooted there. Running each
+notebook must leave `git status --porcelain` of the checkout's course folders as it was. A
+screenshot of each notebook goes to test-artifacts/browser/. It runs every course notebook
+with a widget or a figure (all of them) and tests/browser/bow2000_views.ipynb (every viz
+figure and widget for a full Bow-2000, issue 3), which must finish within its TIME_LIMITS
+entry.
+
+Under pytest-xdist the notebooks share one browser and one JupyterLab per worker (module
+fixtures); with `--dist loadgroup` they all go to one worker (xdist_group "browser"), with
+plain `-n` they are spread and each worker starts its own: every check is per notebook, so
+either way is sound. It needs Chromium
 ($IPULAB_CHROMIUM, else /usr/bin/chromium or another usual place: `sudo apt-get install
 chromium` on Debian/Ubuntu, `brew install --cask chromium` on macOS) and the playwright package
 (the `dev` extra; Playwright's own browser download is never used). Without them it skips, and
@@ -35,14 +41,28 @@ from pathlib import Path
 
 import pytest
 
+# One browser and one JupyterLab serve every notebook of this module: under pytest-xdist's
+# --dist loadgroup they stay on one worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
 # notebook -> what must render in it besides error-free outputs: "widgets" (ipywidgets) and/or
-# "bokeh" (at least one bokeh canvas). Adding a notebook is one line here.
+# "bokeh" (at least one bokeh canvas). Every course notebook with a widget or a figure is here
+# (test_every_notebook_with_a_widget_or_figure_runs_here checks): adding one is one line.
+BOTH = frozenset({"widgets", "bokeh"})
 NOTEBOOKS = {
-    "notebooks/00_welcome_the_ipu.ipynb": {"widgets", "bokeh"},
-    "notebooks/02_bsp_supersteps.ipynb": {"widgets"},
-    "notebooks/05_profiling.ipynb": {"widgets", "bokeh"},
-    "notebooks/09_bow2000_cnn_training.ipynb": {"widgets", "bokeh"},
-    "tests/browser/bow2000_views.ipynb": {"widgets", "bokeh"},
+    "notebooks/00_welcome_the_ipu.ipynb": BOTH,
+    "notebooks/01_one_tile.ipynb": BOTH,
+    "notebooks/02_bsp_supersteps.ipynb": BOTH,
+    "notebooks/03_the_exchange.ipynb": BOTH,
+    "notebooks/04_poplar_graph_api.ipynb": BOTH,
+    "notebooks/05_profiling.ipynb": BOTH,
+    "notebooks/06_matmul_on_1472_tiles.ipynb": BOTH,
+    "notebooks/07_popLibs_ops_and_conv.ipynb": BOTH,
+    "notebooks/08_many_ipus.ipynb": BOTH,
+    "notebooks/09_bow2000_cnn_training.ipynb": BOTH,
+    "notebooks/10_scaling_to_pods.ipynb": BOTH,
+    "notebooks/11_sharing_a_pod.ipynb": BOTH,
+    "tests/browser/bow2000_views.ipynb": BOTH,
 }
 # notebook -> seconds from "Run All Cells" until every cell has executed and every widget and
 # bokeh figure has rendered; over it, the test fails (RUN only bounds how long the test waits
@@ -196,7 +216,9 @@ def jupyter_server(browser, workspace, tmp_path_factory):
     env = _jupyter_env(home)
     env["JUPYTER_CONFIG_PATH"] = lab_env(ws)["JUPYTER_CONFIG_PATH"]
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    log_path = home / "jupyter-server.log"      # copied to test-artifacts/browser/ at the end
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    log_name = f"jupyter-server{'-' + worker if worker else ''}.log"
+    log_path = home / log_name                  # copied to test-artifacts/browser/ at the end
     log = open(log_path, "w")
     proc = base = None
     for _attempt in range(3):                   # the free port may be taken before we bind it
@@ -235,7 +257,7 @@ def jupyter_server(browser, workspace, tmp_path_factory):
     finally:
         _stop_server(proc, base)
         log.close()
-        shutil.copyfile(log_path, ARTIFACTS / "jupyter-server.log")
+        shutil.copyfile(log_path, ARTIFACTS / log_name)
 
 
 def _stop_server(proc, base):
@@ -566,6 +588,9 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
                     f"output {c['output']} px wide" for c in too_wide))
         if page.get_by_text(NEWS_TOAST).count():
             fail(f"JupyterLab's news toast is showing ({NEWS_TOAST!r})")
+        changed = _checkout_changes(workspace[1])
+        if changed:
+            fail(f"running the notebook changed the checkout:\n{changed}")
         if limit is not None:
             # The limit covers rendering too: from Run All until every check above passed
             # (+1 s: the wait above polls every 0.5 s).
@@ -586,17 +611,31 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
         context.close()
 
 
-def test_the_checkout_is_untouched(workspace):
-    """After every notebook ran (and JupyterLab autosaved it) in the workspace, the checkout's
-    `git status --porcelain` is empty if it was before (a clean checkout, as in CI); in a
-    checkout with edits of its own, the course's folders show what they showed before."""
-    _, before = workspace
-    if before is None:
-        pytest.skip("not a git checkout")
+COURSE = ("notebooks/", "exercises/", "solutions/", "tests/browser/")
+
+
+def _checkout_changes(before):
+    """What `git status --porcelain` shows in the checkout's course folders now and did not
+    before (a notebook saved, or a file written, into the checkout instead of the workspace);
+    '' when nothing changed or the checkout is not a git checkout."""
     after = _git_status()
-    if not before:
-        assert after == "", f"the run changed the checkout:\n{after}"
-        return
-    course = ("notebooks/", "exercises/", "solutions/", "tests/browser/")
-    mine = [line for line in after.splitlines() if line[3:].startswith(course)]
-    assert mine == [line for line in before.splitlines() if line[3:].startswith(course)]
+    if before is None or after is None:
+        return ""
+    mine = lambda status: {line for line in status.splitlines() if line[3:].startswith(COURSE)}
+    return "\n".join(sorted(mine(after) - mine(before)))
+
+
+def _shows_a_widget_or_figure(path):
+    """Whether a notebook's code makes a widget or a bokeh figure (the browser test's work)."""
+    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+                     if c["cell_type"] == "code")
+    return any(word in code for word in ("widgets.", "ipywidgets", "ipw.", "show(", "viz."))
+
+
+def test_every_notebook_with_a_widget_or_figure_runs_here():
+    """A course notebook (a new 12, say) with a widget or a figure must have its line in
+    NOTEBOOKS, or what learners see of it is never checked in a browser."""
+    course = sorted(p for p in (REPO / "notebooks").glob("*.ipynb") if _shows_a_widget_or_figure(p))
+    missing = [str(p.relative_to(REPO)) for p in course if str(p.relative_to(REPO)) not in NOTEBOOKS]
+    assert course and not missing, f"add to NOTEBOOKS: {missing}"
+    assert all((REPO / nb).exists() for nb in NOTEBOOKS)

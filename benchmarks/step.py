@@ -1,0 +1,89 @@
+"""A training step side by side with PyTorch (issue 23: faster than a learner notices).
+
+The default CNN's training step (4 replicas x 16 on a Bow-2000, 16 x 16 on a Pod16) against
+PyTorch on the CPU doing the same step on the same images (the same network, batch and SGD
+with momentum; `make bench` installs PyTorch, which uses as many threads as the simulator's
+lanes may), in turns, a few rounds: each round takes the best step of an epoch of the
+simulator and the best of PyTorch's steps, and the table gives the median round's ratio, so a
+machine that is busy now and then moves both sides alike. Also: what a step costs per image
+on a Pod16 against a Bow-2000 (sixteen replicas should cost no more per image than four).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+import ipulab
+from ipulab import nn
+from ipulab.machine import lanes
+from training import BATCH, LR, MOMENTUM, torch_step_time
+
+BOUNDS = {"bow2000": 2.0, "pod16": 3.0}     # x PyTorch on the same global batch
+PER_IMAGE_BOUND = 1.25                      # Pod16 per image, x Bow-2000 per image
+
+
+def trainer(system: str, tiles_per_ipu=None) -> nn.Trainer:
+    dev = ipulab.devices.system(system, tiles_per_ipu)
+    x, _, _, _ = ipulab.data.digits()
+    return nn.Trainer(nn.default_cnn(), dev, replicas=dev.target.num_ipus, batch_size=BATCH,
+                      lr=LR, momentum=MOMENTUM, input_shape=x.shape[1:])
+
+
+def best_step(tr: nn.Trainer, steps: int | None = None) -> float:
+    """The best wall time of one step over an epoch of digits (every step stamped)."""
+    x, y, _, _ = ipulab.data.digits()
+    gb = tr.global_batch_size
+    n = (len(x) // gb if steps is None else steps + 1) * gb
+    stamps = []
+    tr.fit(x[:n], y[:n], shuffle=False, callback=lambda *_: stamps.append(time.perf_counter()))
+    return float(np.diff(stamps).min())
+
+
+def measure(systems=("bow2000", "pod16"), rounds: int = 5, tiles_per_ipu=None,
+            steps: int | None = None, repeat: int = 50) -> dict:
+    """Per system: the step's and PyTorch's best times and their ratio in each round."""
+    trainers = {s: trainer(s, tiles_per_ipu) for s in systems}
+    out = {s: {"sim": [], "torch": [], "ratio": [], "global_batch": tr.global_batch_size}
+           for s, tr in trainers.items()}
+    for s, tr in trainers.items():
+        best_step(tr, steps)                               # warm: first steps, caches
+    for _ in range(rounds):
+        for s, tr in trainers.items():
+            t_sim = best_step(tr, steps)
+            t_torch = torch_step_time(tr.global_batch_size, repeat)
+            r = out[s]
+            r["sim"].append(t_sim)
+            r["torch"].append(t_torch)
+            r["ratio"].append(t_sim / t_torch if t_torch else float("nan"))
+    return out
+
+
+def main(quick: bool = False) -> list[tuple]:
+    """The table (quick: small IPUs and few steps, for the smoke test)."""
+    m = measure(rounds=1 if quick else 5, tiles_per_ipu=8 if quick else None,
+                steps=2 if quick else None, repeat=2 if quick else 50)
+    rows = []
+    names = {"bow2000": "Bow-2000, 4 replicas x 16", "pod16": "Pod16, 16 replicas x 16"}
+    for s, r in m.items():
+        ratio = statistics.median(r["ratio"])
+        i = r["ratio"].index(sorted(r["ratio"])[(len(r["ratio"]) - 1) // 2])
+        torch = "PyTorch CPU" if r["torch"][i] else "no PyTorch (`make bench` installs it)"
+        rows.append((f"training step, default CNN, {names[s]}",
+                     f"{r['sim'][i] * 1e3:.2f} ms",
+                     f"{ratio:.2f}x {torch} @ {(r['torch'][i] or 0) * 1e3:.2f} ms "
+                     f"(rounds: {', '.join(f'{x:.2f}' for x in r['ratio'])})",
+                     f"<= {BOUNDS[s]:.0f}x", ratio <= BOUNDS[s]))
+    per_image = {s: min(r["sim"]) / r["global_batch"] for s, r in m.items()}
+    growth = per_image["pod16"] / per_image["bow2000"]
+    rows.append(("  per image: Pod16 vs Bow-2000",
+                 f"{per_image['pod16'] * 1e6:.1f} vs {per_image['bow2000'] * 1e6:.1f} us",
+                 f"{growth:.2f}x", f"<= {PER_IMAGE_BOUND}x", growth <= PER_IMAGE_BOUND))
+    rows.append((f"  (the simulator's lanes: {lanes.available()} threads)", "", "", "", True))
+    return rows
+
+
+if __name__ == "__main__":
+    from run import print_table
+    print_table("A training step against PyTorch (issue 23)", main())

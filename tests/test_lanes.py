@@ -1,0 +1,151 @@
+"""Lanes: a step's kernels cut into parts that run at once on the host's cores (compiled
+mode). The parts must give the same bits, and a failing codelet the same error, as one lane."""
+import numpy as np
+import pytest
+
+import ipulab
+from ipulab import poplar
+from ipulab.errors import CodeletError
+from ipulab.machine import lanes
+from ipulab.poplar import program as prog
+
+
+class Scale(poplar.Vertex):
+    """out = 3 * inp; raises on a negative first element (a learner's check in compiled
+    mode, where bounds are not checked but a raise still is)."""
+
+    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
+    out = poplar.Output(poplar.Vector[poplar.FLOAT])
+
+    @staticmethod
+    def compute(inp, out):
+        if inp[0] < 0:
+            raise ValueError("negative input")
+        for i in range(len(inp)):
+            out[i] = inp[i] * np.float32(3)
+
+
+def _engine(replicas: int, rows: int = 512, cols: int = 96):
+    """rows vertices per replica, each reading a row on the next tile (so every vertex's
+    input crosses the exchange): enough work for lanes."""
+    dev = ipulab.devices.bow2000(tiles_per_ipu=16)
+    g = poplar.Graph(dev.target, replication_factor=replicas)
+    tiles = dev.target.num_tiles // replicas
+    x = g.add_variable(poplar.FLOAT, [rows, cols], "x")
+    y = g.add_variable(poplar.FLOAT, [rows, cols], "y")
+    cs = g.add_compute_set("scale")
+    for r in range(rows):
+        g.set_tile_mapping(x[r], r % tiles)
+        g.set_tile_mapping(y[r], (r + 1) % tiles)
+        g.add_vertex(cs, Scale, {"in": x[r], "out": y[r]}, tile=(r + 1) % tiles)
+    g.create_host_write("x", x)
+    g.create_host_read("y", y)
+    e = poplar.Engine(g, prog.Execute(cs))
+    e.load(dev)
+    return e, (replicas, rows, cols) if replicas > 1 else (rows, cols)
+
+
+def test_run_runs_every_part_and_raises_the_first_error_in_order():
+    done = []
+
+    def part(i, fail=False):
+        def fn():
+            done.append(i)
+            if fail:
+                raise ValueError(f"part {i}")
+        return fn
+
+    lanes.run([part(0), part(1), part(2)])
+    assert sorted(done) == [0, 1, 2]
+    done.clear()
+    with pytest.raises(ValueError, match="part 1"):
+        lanes.run([part(0), part(1, True), part(2, True)])
+    assert sorted(done) == [0, 1, 2]          # every part ran to its end
+    assert lanes.share(5, 0, 2) == (0, 2) and lanes.share(5, 1, 2) == (2, 5)
+    assert lanes.share(1, 1, 2) == (0, 1) and lanes.share(1, 0, 2) == (0, 0)
+
+
+@pytest.mark.parametrize("replicas", [1, 4])
+def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
+    rng = np.random.default_rng(0)
+    outs, errors = {}, {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("IPULAB_THREADS", threads)
+        e, shape = _engine(replicas)
+        assert e._lanes == int(threads)
+        x = rng.standard_normal(shape).astype(np.float32) if threads == "1" else x
+        e.write_tensor("x", np.abs(x))
+        e.run()
+        outs[threads] = e.read_tensor("y")
+        bad = np.abs(x)
+        bad.reshape(-1, shape[-1])[[-3, len(bad.reshape(-1, shape[-1])) // 2 + 1], 0] = -1
+        e.write_tensor("x", bad)
+        with pytest.raises(CodeletError) as info:
+            e.run()
+        errors[threads] = str(info.value)
+    assert outs["1"].tobytes() == outs["2"].tobytes() == outs["3"].tobytes()
+    np.testing.assert_array_equal(outs["1"], np.abs(x) * np.float32(3))
+    assert errors["1"] == errors["2"] == errors["3"]
+    assert "negative input" in errors["1"]
+    if replicas > 1:
+        assert "(replica 2)" in errors["1"]     # the first failing vertex, in order
+
+
+def test_checked_and_python_modes_run_in_one_lane(monkeypatch):
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    dev = ipulab.devices.ipu("ipu2", tiles_per_ipu=4)
+    g = poplar.Graph(dev.target)
+    x = g.add_variable(poplar.FLOAT, [4], "x")
+    g.set_tile_mapping(x, 0)
+    for options in ({"debug.checkedCodelets": "true"}, {"debug.codeletMode": "python"}):
+        assert poplar.Engine(g, prog.Sequence(), options)._lanes == 1
+    assert poplar.Engine(g, prog.Sequence())._lanes == 2
+
+
+def test_without_threads_the_parts_run_in_turn(monkeypatch):
+    """Where no thread can be started (a sandbox's limit on processes), run() still runs
+    every part, in order, in the caller."""
+    def refuse():
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(lanes, "_workers", [])
+    monkeypatch.setattr(lanes, "_Worker", refuse)
+    done = []
+    lanes.run([lambda: done.append(0), lambda: done.append(1), lambda: done.append(2)])
+    assert done == [0, 1, 2]
+    lanes.run([lambda: done.append(3), lambda: done.append(4)])     # the lock was released
+    assert done == [0, 1, 2, 3, 4]
+
+
+def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
+        monkeypatch, tmp_path):
+    """An executable loaded from the disk cache has no compiled drivers yet: they are
+    compiled in the caller's thread before lanes run parts of a batch (two threads compiling
+    at once can break CPython's parser), and the results are the same bits."""
+    import threading
+
+    from ipulab.poplar import codelet
+    from ipulab.poplar import executables as X
+    monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2
+    first, shape = _engine(4)
+    first.write_tensor("x", x)
+    first.run()
+    assert len(X.entries()) == 1
+    X._memory.clear()                                  # as a new process would start
+    monkeypatch.setattr(codelet, "_drivers", {})      # its drivers not compiled yet either
+    compiled_in = []
+    compile_batch = codelet.Batch.compile
+
+    def recording(self, *args):
+        compiled_in.append(threading.current_thread().name)
+        return compile_batch(self, *args)
+    monkeypatch.setattr(codelet.Batch, "compile", recording)
+    again, _ = _engine(4)
+    again.write_tensor("x", x)
+    again.run()
+    assert compiled_in and set(compiled_in) == {threading.current_thread().name}
+    assert again.read_tensor("y").tobytes() == first.read_tensor("y").tobytes()
