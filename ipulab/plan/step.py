@@ -118,10 +118,23 @@ class StepWalk:
         return out
 
     def weights(self, blocks) -> Layout:
-        """This IPU's weights of `blocks`: each tensor mapped linearly on its own (1/t of its
-        rows under tensor sharding), all of them from the first tile on."""
-        return joined(self.mc.linear(ceil(n / self.m.t), FLOAT) for i in blocks
-                      for n in self.layers[i].tensors)
+        """This IPU's weights of `blocks`: each tensor mapped linearly on its own, all of them
+        from the first tile on."""
+        return joined(self.mc.linear(n, FLOAT) for i in blocks for n in self.tensors(i))
+
+    def tensors(self, i: int) -> list:
+        """Elements of layer i's weight tensors on a stage's first IPU: 1/t of each (its
+        rows) under tensor sharding; a transformer's as Megatron splits them (its shard's,
+        and those every shard reads, kept there)."""
+        if self.placed:
+            return [math.prod(shape) for _, shape in self.layers[i].weights_of(self.m.t)]
+        return [ceil(n / self.m.t) for n in self.layers[i].tensors]
+
+    def on_ipu(self, blocks) -> float:
+        """Parameters of `blocks` on a stage's first IPU (1/t of them, or Megatron's)."""
+        if self.placed:
+            return sum(sum(self.tensors(i)) for i in blocks)
+        return sum(self.layers[i].params for i in blocks) / self.m.t
 
     def outputs(self, i: int) -> int:
         """Elements of layer i's output per sample."""
@@ -138,7 +151,7 @@ class StepWalk:
         per_phase = [self.weights([i for i in ph if i in blocks]).elements
                      for ph in self.phases() if set(ph) & set(blocks)]
         params = max(per_phase)
-        shard = mc.linear(ceil(sum(self.layers[i].params for i in blocks) / m.t / m.replicas),
+        shard = mc.linear(ceil(self.on_ipu(blocks) / m.replicas),
                           FLOAT, mc.replica_span).elements if m.rts else params
         on_chip = m.optimizer_state == "on-chip" and not m.phased
         always = {"weights": FLOAT * shard,
@@ -157,7 +170,7 @@ class StepWalk:
         ipu.clock, ipu.live = cost.update, True
         self.update(ipu, s, blocks, per_phase, shard)
         cost.memory = ipu.memory(always)
-        weights = sum(self.layers[i].params for i in blocks) // m.t
+        weights = int(self.on_ipu(blocks))
         weights = ceil(weights / m.replicas) if m.rts else weights
         cost.streamed = FLOAT * weights * m.phased + self.opt.state_bytes(weights) * (not on_chip)
         return cost
@@ -303,8 +316,8 @@ class StepWalk:
         stages = [self.stage(s) for s in range(m.pipeline)]
         steps = lambda part: [[c for _, c in getattr(st, part)] for st in stages]
         hops = [self.hop(b) for b in self.stages()[:-1]] + [[]]
-        phases = [sum(self.layers[i].params for i in ph) // m.t for ph in self.phases()]
-        params = max(sum(self.layers[i].params for i in b) for b in self.stages()) // m.t
+        phases = [int(self.on_ipu(ph)) for ph in self.phases()]
+        params = max(int(self.on_ipu(b)) for b in self.stages())
         losses = 3 * (mc.sync + mc.W * ENTRY_CYCLES) if m.pipeline > 1 else 0
         parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
                  "backward": self.slots(steps("backward")[::-1]),

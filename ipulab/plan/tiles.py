@@ -121,8 +121,9 @@ class Machine:
         self.far_sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         spread = mapping.replicas > 1 or self.layer_span > 1
         self.sync = self.far_sync if spread else target.sync_cycles("internal")
-        # a placed compute set knows when its exchange crosses IPUs (lowering.price)
-        self.own_sync = self.far_sync if mapping.replicas > 1 else \
+        # a placed compute set knows when its exchange crosses IPUs (lowering.price); a
+        # shard's runs side by side with the other shards' (poplar.parallel), across IPUs
+        self.own_sync = self.far_sync if mapping.replicas > 1 or self.t > 1 else \
             target.sync_cycles("internal")
         self._plans: dict = {}
         self.addr = Addresses()          # element addresses of placed tensors (placed.py)

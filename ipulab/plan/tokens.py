@@ -25,8 +25,8 @@ from typing import ClassVar
 
 from .layers import Layer, later, linear_cost
 
-E, ops, placed, reductions, slices, types = (
-    later(m) for m in ("..popops.expr", ".ops", ".placed", ".reductions", ".slices",
+E, ops, placed, reductions, sharding, slices, types = (
+    later(m) for m in ("..popops.expr", ".ops", ".placed", ".reductions", ".shards", ".slices",
                        "..poplar.types"))
 
 
@@ -139,7 +139,8 @@ def add_expr():
 @dataclass(frozen=True)
 class Embedding(Tokens):
     """nn.Embedding(V, d) on token ids [n, S]: popops.multi_slice of the table; its gradient
-    popops.multi_update_add into a zeroed table (no input gradient: ids)."""
+    popops.multi_update_add into a zeroed table (no input gradient: ids). Over t shards
+    vocab-parallel (shards.py): each looks the ids up in its V/t rows, all-reduced."""
 
     vocab: int = 0
     dim: int = 0
@@ -152,23 +153,28 @@ class Embedding(Tokens):
                    (vocab * dim,), work, vocab=vocab, dim=dim, positions=positions)
 
     def weights_of(self, t: int = 1) -> list:
-        return [("weight", (self.vocab, self.dim))]
+        return [("weight", (self.vocab // t, self.dim))]
 
     def forward(self, ipu, run, x):
-        ids = x.flatten()
-        y = slices.multi_slice(ipu, self.op_name("lookup"), self.weight(ipu, "weight",
-                                                                  (self.vocab, self.dim)), ids)
-        return self.output(ipu, run, y.reshape(x.shape + (self.dim,)))
+        ids, t = x.flatten(), run.t
+        if t > 1:
+            ids = sharding.shard_ids(self, ipu, run, ids)
+        y = slices.multi_slice(ipu, self.op_name("lookup"), self.weight(
+            ipu, "weight", (self.vocab // t, self.dim)), ids).reshape(x.shape + (self.dim,))
+        if t > 1:
+            ipu.hold(("act", run.micro_batch, self.index), y)
+            y = sharding.all_reduce(ipu, self.op_name("all_reduce/t1"), y, t)
+        return self.output(ipu, run, y)
 
     def backward(self, ipu, run, dy):
-        ids = run.inputs[self.index].flatten()
-        w = self.weight(ipu, "weight", (self.vocab, self.dim))
+        ids = self.saved(run, "ids") if run.t > 1 else run.inputs[self.index].flatten()
+        w = self.weight(ipu, "weight", (self.vocab // run.t, self.dim))
         dw = ipu.mc.addr.like(w, dy.dtype)
         ipu.hold(("act", run.micro_batch, self.index, "dw"), dw)
         ops.map_op(ipu, self.op_name("weight_grad/zero"), E.const(0), [dw], in_place=True)
         slices.multi_update_add(ipu, self.op_name("weight_grad"), dw,
                              dy.reshape((ids.elements, self.dim)), ids)
-        self.release(ipu, run, "dw")
+        self.release(ipu, run, "dw", "ids")
         self.gradient_made(ipu, run, "weight", dw)
         return self.passed(ipu, run, None)
 
@@ -337,7 +343,7 @@ class LinearPart:
 @dataclass(frozen=True)
 class TokenLinear(Tokens):
     """nn.Linear on samples of [.., in] (a transformer's head, or any Linear of a model of
-    tokens): LinearPart."""
+    tokens): LinearPart; over t shards by columns (each its fout/t), the logits gathered."""
 
     features: tuple = ()        # (in, out, bias, relu)
 
@@ -352,28 +358,28 @@ class TokenLinear(Tokens):
     def nn_name(self) -> str:
         return "Linear"
 
-    @property
-    def part(self) -> LinearPart:
+    def part(self, t: int = 1) -> LinearPart:
         fin, fout, bias, relu = self.features
-        return LinearPart("", fin, fout, bias, relu)
+        return LinearPart("", fin, fout // t, bias, relu)
 
     def weights_of(self, t: int = 1) -> list:
         fin, fout, bias, _ = self.features
-        return [("weight", (fout, fin))] + [("bias", (fout,))] * bias
+        return [("weight", (fout // t, fin))] + [("bias", (fout // t,))] * bias
 
     def withrelu_expr(self) -> "TokenLinear":
         """This Linear with the ReLU after it folded in (as nn folds it)."""
         return dataclasses.replace(self, features=self.features[:3] + (True,))
 
     def forward(self, ipu, run, x):
-        y = self.part.forward(self, ipu, run, x)
+        y = self.part(run.t).forward(self, ipu, run, x)
         self.note(run, "out", y)
-        return self.output(ipu, run, y)
+        return self.output(ipu, run, sharding.gathered(ipu, y, run.t))
 
     def backward(self, ipu, run, dy):
-        y = self.saved(run, "out")
-        return self.passed(ipu, run, self.part.backward(self, ipu, run, dy, y,
-                                                        self.need_dx(run)))
+        y, t = self.saved(run, "out"), run.t
+        dy = sharding.columns_to_shard(self, ipu, dy, t)
+        dx = self.part(t).backward(self, ipu, run, dy, y, self.need_dx(run))
+        return self.passed(ipu, run, sharding.input_grad(self, ipu, run, "", dx, t))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .layers import later, linear_cost
 from .tokens import DropoutPart, LinearPart, NormPart, Tokens, add_expr, gelu_expr
 
-ops, placed = later(".ops"), later(".placed")
+ops, placed, sharding = later(".ops"), later(".placed"), later(".shards")
 
 
 def _heads(t, B: int, S: int, h: int):
@@ -55,22 +55,24 @@ class AttentionPart:
     heads: int
     causal: bool = False
     dropout: float = 0.0
+    t: int = 1                  # Megatron's shards: this one's heads, out_proj by rows
 
     @property
     def in_proj(self) -> LinearPart:
-        return LinearPart(self.scope + "in_proj/", self.dim, 3 * self.dim)
+        return LinearPart(self.scope + "in_proj/", self.dim, 3 * self.dim // self.t)
 
     @property
     def out_proj(self) -> LinearPart:
-        return LinearPart(self.scope + "out_proj/", self.dim, self.dim)
+        return LinearPart(self.scope + "out_proj/", self.dim // self.t, self.dim,
+                          bias=self.t == 1)
 
     @property
     def attn_drop(self) -> DropoutPart:
         return DropoutPart(self.scope + "attn_drop/", self.dropout)
 
     def forward(self, layer, ipu, run, x):
-        B, S, d = x.shape
-        h, sc = self.heads, self.scope
+        B, S, _ = x.shape
+        h, sc, d = self.heads // self.t, self.scope, self.dim // self.t
         qkv = self.in_proj.forward(layer, ipu, run, x)                    # [B, S, 3d]
         layer.save(ipu, run, sc + "qkv", qkv)
         q, k, v = (_heads(qkv[:, :, i * d:(i + 1) * d], B, S, h) for i in range(3))
@@ -85,12 +87,17 @@ class AttentionPart:
         ctx = ops.mat_mul(ipu, layer.op_name(sc + "context"), attn, v)          # [B·h, S, hd]
         layer.save(ipu, run, sc + "ctx", ctx)
         layer.note(run, sc + "views", (q, k, v, probs, attn))
-        return self.out_proj.forward(layer, ipu, run, _merge_heads(ctx, B, h))
+        y = self.out_proj.forward(layer, ipu, run, _merge_heads(ctx, B, h))
+        if self.t == 1:
+            return y
+        return sharding.row_bias(layer, ipu, run, sc + "out_proj/", y, self.t)
 
     def backward(self, layer, ipu, run, dy, need_dx: bool):
-        h, sc = self.heads, self.scope
+        h, sc = self.heads // self.t, self.scope
         q, k, v, probs, attn = layer.saved(run, sc + "views")
         B, S = dy.shape[:2]
+        if self.t > 1:
+            sharding.row_bias_grad(layer, ipu, run, sc + "out_proj/", dy)
         dctx = self.out_proj.backward(layer, ipu, run, dy, None, True)
         layer.release(ipu, run, sc + "ctx")
         layer.save(ipu, run, sc + "dctx", dctx)
@@ -113,7 +120,7 @@ class AttentionPart:
         dqkv = placed.concat([_merge_heads(t, B, h) for t in (dqk[:G], dqk[G:], dv)], 2)
         dx = self.in_proj.backward(layer, ipu, run, dqkv, None, need_dx)
         layer.release(ipu, run, sc + "dqk", sc + "dv")
-        return dx
+        return sharding.input_grad(layer, ipu, run, sc + "in_proj/", dx, self.t)
 
 
 @dataclass(frozen=True)
@@ -133,27 +140,29 @@ class MultiheadAttention(Tokens):
         return cls(name, *parts, index, (3 * d * d, 3 * d, d * d, d), work, dim=d,
                    heads=heads, positions=positions, causal=causal, dropout=dropout)
 
-    @property
-    def part(self) -> AttentionPart:
-        return AttentionPart("", self.dim, self.heads, self.causal, self.dropout)
+    def part(self, t: int) -> AttentionPart:
+        return AttentionPart("", self.dim, self.heads, self.causal, self.dropout, t)
 
     def weights_of(self, t: int = 1) -> list:
-        return _attention_weights("", self.dim)
+        return _attention_weights("", self.dim, t)
 
     @property
     def train_only(self) -> bool:
         return self.dropout > 0
 
     def forward(self, ipu, run, x):
-        return self.output(ipu, run, self.part.forward(self, ipu, run, x))
+        return self.output(ipu, run, self.part(run.t).forward(self, ipu, run, x))
 
     def backward(self, ipu, run, dy):
-        return self.passed(ipu, run, self.part.backward(self, ipu, run, dy, self.need_dx(run)))
+        return self.passed(ipu, run, self.part(run.t).backward(self, ipu, run, dy,
+                                                               self.need_dx(run)))
 
 
-def _attention_weights(scope: str, d: int) -> list:
-    return [(f"{scope}in_proj/weight", (3 * d, d)), (f"{scope}in_proj/bias", (3 * d,)),
-            (f"{scope}out_proj/weight", (d, d)), (f"{scope}out_proj/bias", (d,))]
+def _attention_weights(scope: str, d: int, t: int = 1) -> list:
+    """Shard 0's (Megatron over t: its heads' q, k and v rows, out_proj's columns of them;
+    out_proj's bias whole, on shard 0)."""
+    return [(f"{scope}in_proj/weight", (3 * d // t, d)), (f"{scope}in_proj/bias", (3 * d // t,)),
+            (f"{scope}out_proj/weight", (d, d // t)), (f"{scope}out_proj/bias", (d,))]
 
 
 def _attention_counts(d: int, heads: int, s: int) -> tuple:
@@ -210,8 +219,8 @@ class EncoderLayer(Tokens):
         return self.dropout > 0
 
     def weights_of(self, t: int = 1) -> list:
-        d, f = self.dim, self.ffn
-        return _attention_weights("self_attn/", d) + [
+        d, f = self.dim, self.ffn // t
+        return _attention_weights("self_attn/", d, t) + [
             ("linear1/weight", (f, d)), ("linear1/bias", (f,)), ("linear2/weight", (d, f)),
             ("linear2/bias", (d,)), ("norm1/weight", (d,)), ("norm1/bias", (d,)),
             ("norm2/weight", (d,)), ("norm2/bias", (d,))]
@@ -238,17 +247,14 @@ class EncoderLayer(Tokens):
             return over1, (0.0, 0.0)
         return over1, (s * (3 * h + f) / t1 + 4 * s, s * (h + f) / t1 + 4 * s)
 
-    @property
-    def attention(self) -> AttentionPart:
-        return AttentionPart("self_attn/", self.dim, self.heads, self.causal, self.dropout)
+    def attention(self, t: int) -> AttentionPart:
+        return AttentionPart("self_attn/", self.dim, self.heads, self.causal, self.dropout, t)
 
-    @property
-    def linear1(self) -> LinearPart:
-        return LinearPart("linear1/", self.dim, self.ffn, relu=self.activation == "relu")
+    def linear1(self, t: int) -> LinearPart:
+        return LinearPart("linear1/", self.dim, self.ffn // t, relu=self.activation == "relu")
 
-    @property
-    def linear2(self) -> LinearPart:
-        return LinearPart("linear2/", self.ffn, self.dim)
+    def linear2(self, t: int) -> LinearPart:
+        return LinearPart("linear2/", self.ffn // t, self.dim, bias=t == 1)
 
     def _drop(self, which: str) -> DropoutPart:
         return DropoutPart(f"{which}/", self.dropout)
@@ -267,11 +273,12 @@ class EncoderLayer(Tokens):
         return z
 
     def _sa(self, ipu, run, x):
-        return self._dropped(ipu, run, self.attention.forward(self, ipu, run, x), "dropout1",
+        return self._dropped(ipu, run, self.attention(run.t).forward(self, ipu, run, x),
+                             "dropout1",
                              "sa")
 
     def _ff(self, ipu, run, x):
-        h1 = self.linear1.forward(self, ipu, run, x)
+        h1 = self.linear1(run.t).forward(self, ipu, run, x)
         self.save(ipu, run, "h1", h1)
         if self.activation == "gelu":
             a = ops.map_op(ipu, self.op_name("activation/gelu"), gelu_expr(False, h1.dtype), [h1])
@@ -282,8 +289,10 @@ class EncoderLayer(Tokens):
         if a2 is not a:
             self.save(ipu, run, "act2", a2)
             self.release(ipu, run, "act")     # GELU's output: read by the dropout only
-        return self._dropped(ipu, run, self.linear2.forward(self, ipu, run, a2), "dropout2",
-                             "ff")
+        y = self.linear2(run.t).forward(self, ipu, run, a2)
+        if run.t > 1:
+            y = sharding.row_bias(self, ipu, run, "linear2/", y, run.t)
+        return self._dropped(ipu, run, y, "dropout2", "ff")
 
     def _residual(self, ipu, run, x, y, what: str, part: str, keep: str | None):
         """x + y (the sublayer's output, `part`, read only here), held as `keep`."""
@@ -315,7 +324,9 @@ class EncoderLayer(Tokens):
     def _ff_grad(self, ipu, run, dy, x):
         """The feed-forward's gradient (x: its input)."""
         dy = self._drop("dropout2").backward(self, ipu, run, dy)
-        a2 = self.linear2.backward(self, ipu, run, dy, None, True)
+        if run.t > 1:
+            sharding.row_bias_grad(self, ipu, run, "linear2/", dy)
+        a2 = self.linear2(run.t).backward(self, ipu, run, dy, None, True)
         self.release(ipu, run, "act2", "act")
         self.save(ipu, run, "da", a2)
         da = self._drop("dropout").backward(self, ipu, run, a2)
@@ -325,14 +336,14 @@ class EncoderLayer(Tokens):
                             [h1, da])
             self.save(ipu, run, "dh", da)
             self.release(ipu, run, "da", "h1")
-        dx = self.linear1.backward(self, ipu, run, da, self.saved(run, "h1")
-                                   if self.activation == "relu" else None, True)
+        dx = self.linear1(run.t).backward(self, ipu, run, da, self.saved(run, "h1")
+                                          if self.activation == "relu" else None, True)
         self.release(ipu, run, "h1", "da", "dh")
-        return dx
+        return sharding.input_grad(self, ipu, run, "linear1/", dx, run.t)
 
     def _sa_grad(self, ipu, run, dy, need_dx: bool):
         dy = self._drop("dropout1").backward(self, ipu, run, dy)
-        return self.attention.backward(self, ipu, run, dy, need_dx)
+        return self.attention(run.t).backward(self, ipu, run, dy, need_dx)
 
     def backward(self, ipu, run, dy):
         d, need = self.dim, self.need_dx(run)
