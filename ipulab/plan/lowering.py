@@ -21,7 +21,7 @@ module decides what the compiler decides:
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -243,6 +243,21 @@ def _price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     return Priced(int(cycles), st.buffers, st.state, st.code, active, phases)
 
 
+def _on_other_shards(groups: list[Group], shared: set, T: int, t: int) -> list | None:
+    """The compute set as shards 1..t-1 of a stage build it beside shard 0's (tensor
+    sharding): each one's vertices and tensors on its own IPU, the weights every shard reads
+    (shared: their variables) on shard 0's; None when it reads none of them."""
+    out, reads = [], False
+    for g in groups:
+        own = [np.isin(f.tensor.ids >> VARIABLE_BITS, list(shared), invert=True)
+               for f in g.fields]
+        reads |= not all(m.all() for m in own)
+        out += [replace(g, tiles=g.tiles + k * T, fields=[
+            replace(f, tensor=Placed(f.tensor.where + k * T * m, f.tensor.ids, f.tensor.dtype))
+            for f, m in zip(g.fields, own)]) for k in range(1, t)]
+    return out if reads else None
+
+
 def _exchange(target, moves, T: int) -> dict:
     """machine.cost.exchange_cost of element moves (src, dst, bytes, address), consecutive
     elements between the same two tiles joined into runs (as poplar's copy plans join them:
@@ -288,7 +303,9 @@ class Placing:
             return
         mc = self.mc
         p = price(mc.graph, groups, mc.own_sync, mc.far_sync)
-        self.superstep(name, p.cycles)
+        other = _on_other_shards(groups, mc.shared, mc.T, mc.t) if mc.shared else None
+        self.superstep(name, p.cycles if other is None else max(p.cycles, price(
+            mc.shards_graph, other, mc.own_sync, mc.far_sync).cycles))
         T = mc.T
         self.buffers = np.maximum(self.buffers, p.buffers[:T])
         self.state += int(p.state[:T].sum())

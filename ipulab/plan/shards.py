@@ -19,7 +19,7 @@ import numpy as np
 from ..machine.cost import exchange_cost
 from ..popops import expr as E
 from . import ops, reductions
-from .placed import Placed, concat
+from .placed import VARIABLE_BITS, Placed, concat
 
 TERMS = 9                   # popops.expr's placeholders: a sum adds up to 8 terms to its total
 
@@ -101,6 +101,14 @@ def all_reduce(ipu, name: str, x: Placed, n: int) -> Placed:
 
 
 
+def shared(ipu, w: Placed) -> Placed:
+    """A weight every shard reads (a norm's, a row-parallel bias, the position table): on
+    shard 0, read by the others over the IPU-Links (lowering prices their compute sets)."""
+    if ipu.mc.t > 1:
+        ipu.mc.shared.add(int(w.ids.flat[0]) >> VARIABLE_BITS)
+    return w
+
+
 # --- a Linear split by rows or by columns, on shard 0 ----------------------------------------
 def row_bias(layer, ipu, run, scope: str, y: Placed, t: int) -> Placed:
     """A row-parallel Linear's output y (its part of the sum, no bias) all-reduced over t,
@@ -109,7 +117,7 @@ def row_bias(layer, ipu, run, scope: str, y: Placed, t: int) -> Placed:
     ipu.hold(key, y)
     total = all_reduce(ipu, layer.op_name(scope + "all_reduce/t1"), y, t)
     ipu.hold(key, total)
-    bias = layer.weight(ipu, scope + "bias", (y.shape[-1],))
+    bias = shared(ipu, layer.weight(ipu, scope + "bias", (y.shape[-1],)))
     out = ops.map_op(ipu, layer.op_name(scope + "bias"), E._1 + E._2, [total, bias])
     ipu.free(key)
     return out
@@ -164,5 +172,5 @@ def columns_to_shard(layer, ipu, dy: Placed, t: int) -> Placed:
                   [(dy[..., :n], k, k) for k in range(t)])[0]
 
 
-__all__ = ["split_bounds", "copies", "to_shard", "all_reduce", "row_bias", "row_bias_grad",
+__all__ = ["split_bounds", "copies", "to_shard", "all_reduce", "shared", "row_bias", "row_bias_grad",
            "input_grad", "shard_ids", "gathered", "columns_to_shard"]

@@ -300,12 +300,15 @@ class StepWalk:
 
     def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
         """The step's end on this IPU, phase by phase (update.py): the fp16 copies, a
-        pipeline's accumulators, the replicas' collectives, the optimizer."""
+        pipeline's accumulators, the replicas' collectives, the optimizer. Each weight is
+        updated where it lives (the shared ones read by no other shard)."""
+        shared, self.mc.shared = self.mc.shared, set()
         for phase in self.phases():
             total = sum(math.prod(shape) for i in phase
                         for _, shape in self.layers[i].weights_of(self.m.t))
             self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
                 self, ipu, [i for i in phase if i in blocks], total)
+        self.mc.shared = shared
 
     # --- the step ---------------------------------------------------------------------------
     def cycles(self) -> tuple[dict, list]:

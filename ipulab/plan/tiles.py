@@ -126,6 +126,11 @@ class Machine:
         self.own_sync = self.far_sync if mapping.replicas > 1 or self.t > 1 else \
             target.sync_cycles("internal")
         self._plans: dict = {}
+        # tensor sharding of a transformer (shards.py): the stage's t IPUs, and the variables
+        # of the weights every shard reads from shard 0 (lowering prices their reads)
+        self.shards_graph = Target(target.chip, self.t, target.tiles_per_ipu) \
+            if self.t > 1 else None
+        self.shared: set = set()
         self.addr = Addresses()          # element addresses of placed tensors (placed.py)
         self.dtype = HALF_TYPE if self.E == 2 else FLOAT_TYPE
         self._placed: dict = {}

@@ -199,7 +199,7 @@ class PositionalEmbedding(Tokens):
         return [("weight", (self.max_len, self.dim))]
 
     def forward(self, ipu, run, x):
-        w = self.weight(ipu, "weight", (self.max_len, self.dim))
+        w = sharding.shared(ipu, self.weight(ipu, "weight", (self.max_len, self.dim)))
         y = ops.map_op(ipu, self.op_name("add"), add_expr(), [x, w[:x.shape[1]]])
         if not run.recompute:           # its backward does not read its input
             ipu.free(("act", run.micro_batch, self.index - 1))
@@ -229,7 +229,8 @@ class NormPart:
     dim: int
 
     def forward(self, layer, ipu, run, x):
-        g, b = (layer.weight(ipu, self.scope + n, (self.dim,)) for n in ("weight", "bias"))
+        g, b = (sharding.shared(ipu, layer.weight(ipu, self.scope + n, (self.dim,)))
+                for n in ("weight", "bias"))
         y, mean, inv = ops.layer_norm(ipu, layer.op_name(self.scope + "layer_norm"), x, g, b)
         layer.save(ipu, run, self.scope + "mean", mean)
         layer.save(ipu, run, self.scope + "inv_std", inv)
