@@ -55,7 +55,7 @@ def copies(ipu, name: str, moves: list) -> list[Placed]:
     cost = exchange_cost(mc.target, src, dst, np.full(src.size, E_, np.int64),
                          np.concatenate(starts) * E_)
     crossing = bool(cost["inter_ipu_exchange"].any())
-    ipu.superstep(name, (mc.far_sync if crossing else mc.own_sync)
+    ipu.superstep(name + "/copy", (mc.far_sync if crossing else mc.own_sync)
                   + sum(int(cost[k].max(initial=0)) for k in
                         ("exchange", "inter_ipu_exchange", "on_tile_copy")))
     ipu.steps += int(np.unique(np.concatenate([d[d < T] for d in (dst, src)])).size)

@@ -38,6 +38,8 @@ from ..poplar import INT
 from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined
 
 LABEL_BYTES = 4             # labels stream in as INT
+COPY = "/copy"              # a copy between a stage's shards (shards.py): poplar.parallel
+# merges the stages' compute sets into shared supersteps, not their copies
 
 
 @dataclass
@@ -257,7 +259,15 @@ class StepWalk:
         x = mc.addr.linear(shape, mc.dtype, mc.graph.num_tiles)
         ipu.hold(("act", mb, lo - 1), x)
         ipu.control(2 * x.tiles)
-        return x
+        return self.to_shards(ipu, x, f"{lo}.input")
+
+    def to_shards(self, ipu, x, name: str):
+        """Under tensor sharding, a stage's input (or its output's gradient) copied to its
+        shards (nn/megatron.py: what no layer of the stage left on them)."""
+        if self.mc.t == 1:
+            return x
+        from .shards import to_shard
+        return to_shard(ipu, f"{name} to the shards", x)
 
     def backward(self, ipu, s: int, blocks, run: Pass) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
@@ -267,6 +277,7 @@ class StepWalk:
             shape = (run.n,) + tuple(self.spec.dims["shapes"][blocks[-1] + 1])
             dy = self.mc.addr.linear(shape, self.mc.dtype, self.mc.graph.num_tiles)
             ipu.hold(("grad", mb, blocks[-1]), dy)
+            dy = self.to_shards(ipu, dy, f"{blocks[-1]}.output_grad")
         for seg in reversed(self.segments(blocks)):
             if seg[-1] < self.first_weighted:
                 break
@@ -317,13 +328,17 @@ class StepWalk:
         micro-batches' losses and correct answers and takes the mean after the slots."""
         m, mc = self.m, self.mc
         stages = [self.stage(s) for s in range(m.pipeline)]
-        steps = lambda part: [[c for _, c in getattr(st, part)] for st in stages]
+        steps = lambda part: [[c for n, c in getattr(st, part) if not n.endswith(COPY)]
+                              for st in stages]
+        copies = lambda part: m.micro_batches * sum(c for st in stages for n, c in
+                                                    getattr(st, part) if n.endswith(COPY))
         hops = [self.hop(b) for b in self.stages()[:-1]] + [[]]
         phases = [int(self.on_ipu(ph)) for ph in self.phases()]
         params = max(int(self.on_ipu(b)) for b in self.stages())
         losses = 3 * (mc.sync + mc.W * ENTRY_CYCLES) if m.pipeline > 1 else 0
-        parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
-                 "backward": self.slots(steps("backward")[::-1]),
+        parts = {"host": self.host(),
+                 "forward": self.slots(steps("forward")) + copies("forward") + losses,
+                 "backward": self.slots(steps("backward")[::-1]) + copies("backward"),
                  "pipeline": 2 * self.slots(hops),
                  "replicas": max(self.ring_cycles.values(), default=0),
                  "update": max(sum(c for _, c in st.update) for st in stages),
