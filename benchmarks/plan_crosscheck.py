@@ -12,9 +12,9 @@ micro-batches, recompute, precision, momentum with RTS, off-chip state and phase
 t·p·r = 16; the simulator's numbers are profile.total_cycles and the largest sum of
 profile.memory_total over one IPU's tiles (plan.crosscheck_row). The course CNN and an MLP run
 on 16-tile IPUs, a 2-layer GPT (nn.small_gpt() and variants: post-norm, Dropout, ReLU,
-bidirectional, a wider feed-forward) on 32-tile IPUs, learning ipulab.data.sort_tokens().
-Tensor parallelism of transformer layers (t, and 2-D t1 × t2) joins GPT_GRID as rows when nn
-shards them (the planner refuses it at this scale until then).
+bidirectional, a wider feed-forward) on 32-tile IPUs, learning ipulab.data.sort_tokens(),
+the GPT also under tensor parallelism as nn/megatron.py builds it (Megatron's t = 2 and 4,
+PopXL's 2-D 2x2) with the other mechanisms (TP_GRID).
 """
 from __future__ import annotations
 
@@ -103,7 +103,47 @@ GPT_GRID = (
     ("gpt-bidirectional", dict(replicas=16, batch_size=4)),
     ("gpt-wide", dict(replicas=8, batch_size=8, pipeline=2, micro_batches=2)),
 )
-CASES = [(name, options) for name in ("cnn", "mlp") for options in GRID] + list(GPT_GRID)
+TP_GRID = (      # over t IPUs of a stage: heads, feed-forward and vocabulary split (t1), the
+    # hidden dimension (t2)
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2)),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=4)),
+    ("gpt", dict(replicas=8, batch_size=8, tensor_parallel=2, precision="fp16")),
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2, recompute=True)),
+    ("gpt", dict(replicas=4, batch_size=8, tensor_parallel=4, precision="fp16",
+                 recompute=True)),
+    ("gpt", dict(replicas=4, batch_size=8, tensor_parallel=2, pipeline=2, micro_batches=2)),
+    ("gpt", dict(replicas=2, batch_size=8, tensor_parallel=4, pipeline=2, micro_batches=4)),
+    ("gpt", dict(replicas=2, batch_size=16, tensor_parallel=2, pipeline=4, micro_batches=4,
+                 precision="fp16")),
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2, momentum=0.9, rts=True)),
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2, momentum=0.9,
+                 optimizer_state="off-chip")),
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2, momentum=0.9, phases=2)),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=4, momentum=0.9,
+                 execution="phased")),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=4, optimizer="lamb", rts=True,
+                 **ADAM)),
+    ("gpt", dict(replicas=8, batch_size=4, tensor_parallel=2, optimizer="adam",
+                 optimizer_state="off-chip", **ADAM)),
+    ("gpt-post", dict(replicas=8, batch_size=4, tensor_parallel=2)),
+    ("gpt-dropout", dict(replicas=8, batch_size=4, tensor_parallel=2)),
+    ("gpt-relu", dict(replicas=8, batch_size=4, tensor_parallel=2)),
+    ("gpt-bidirectional", dict(replicas=8, batch_size=4, tensor_parallel=2)),
+    ("gpt-wide", dict(replicas=4, batch_size=8, tensor_parallel=4)),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2))),
+    ("gpt", dict(replicas=4, batch_size=8, tensor_parallel=(2, 2), precision="fp16")),
+    ("gpt", dict(replicas=2, batch_size=8, tensor_parallel=(2, 2), pipeline=2,
+                 micro_batches=2)),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2), momentum=0.9, rts=True)),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2), momentum=0.9,
+                 optimizer_state="off-chip")),
+    ("gpt", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2), recompute=True)),
+    ("gpt-dropout", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2))),
+    ("gpt-relu", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2))),
+    ("gpt-post", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2))),
+)
+CASES = [(name, options) for name in ("cnn", "mlp") for options in GRID] + list(GPT_GRID) + \
+    list(TP_GRID)
 
 
 def run(name: str, options: dict, tiles: int | None = None) -> dict:

@@ -211,6 +211,15 @@ GPT_GRID = [
     (lambda: gpt(activation="relu", causal=False, ffn=128),
      lambda: devices.bow2000(tiles_per_ipu=64), dict(replicas=1, batch_size=8, momentum=0.9,
                                                       optimizer_state="off-chip")),
+    # Megatron's tensor parallelism (nn/megatron.py): heads and feed-forward over t IPUs,
+    # the vocabulary split, with replicas and RTS; over a Bow-2000 in a pipeline, fp16
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32),
+     dict(replicas=4, batch_size=8, tensor_parallel=4, momentum=0.9, rts=True)),
+    (nn.small_gpt, lambda: devices.bow2000(tiles_per_ipu=32),
+     dict(replicas=1, batch_size=8, tensor_parallel=2, pipeline=2, micro_batches=4,
+          precision="fp16")),
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32),
+     dict(replicas=4, batch_size=4, tensor_parallel="2x2", optimizer="adam", lr=1e-3)),
 ]
 
 
@@ -218,7 +227,8 @@ GPT_GRID = [
                          ids=[f"gpt-{i}" for i in range(len(GPT_GRID))])
 def test_estimate_of_a_transformer_run_agrees_with_its_profile(make, device, options):
     """One IPU, a Bow-2000 in fp16, replicas spread over 4 IPUs, a pipeline, post-norm with
-    Dropout and AdamW, ReLU without the causal mask and a replica over a whole Bow-2000."""
+    Dropout and AdamW, ReLU without the causal mask, a replica over a whole Bow-2000, and
+    tensor parallelism (t = 4 with RTS; t = 2 in a pipeline; 2-D 2x2 with Adam)."""
     model = make()
     trainer, sim_bytes, sim_seconds = simulated(model, device(), **options)
     spec = plan.spec_from_model(model, (32,))
@@ -266,11 +276,21 @@ def test_a_transformer_is_read_through_its_layers_cost_classes():
         ["Embedding", "MultiheadAttention", "GELU", "TokenLinear"]
 
 
-def test_transformer_tensor_parallelism_is_named_at_small_scale():
+def test_transformer_tensor_parallelism_at_small_scale():
+    """t is priced as nn builds it: shard 0 holds a quarter of the matrices over 4 IPUs, 1-D
+    or 2-D; 1-D keeps the norms, the row-parallel biases and the position table whole on it,
+    2-D half of them (t2 = 2 splits the hidden dimension)."""
     spec = plan.spec_from_model(nn.small_gpt(), (32,))
-    with pytest.raises(PlanError, match="tensor parallelism of transformer layers"):
-        plan.estimate(spec, devices.pod(16, tiles_per_ipu=32),
-                      plan.make_mapping(tensor_parallel=(2, 1), replicas=8, strict=False), 128)
+    pod = devices.pod(16, tiles_per_ipu=32)
+    one, four, grid = (plan.estimate(spec, pod, plan.make_mapping(
+        tensor_parallel=t, replicas=16 // (t[0] * t[1]), micro_batch_size=4, strict=False),
+        64 // (t[0] * t[1])) for t in ((1, 1), (4, 1), (2, 2)))
+    weights = [e.memory[0]["kinds"]["weights"] for e in (one, four, grid)]
+    assert weights[1] < weights[0] / 2 and weights[2] < weights[1]
+    assert four.peak_bytes_per_ipu < one.peak_bytes_per_ipu
+    with pytest.raises(PlanError, match="t1 = 8 does not divide"):
+        plan.estimate(spec, pod, plan.make_mapping(tensor_parallel=(8, 1), replicas=2,
+                                                   micro_batch_size=4, strict=False), 8)
     with pytest.raises(PlanError, match="convolutions and pooling"):
         plan.spec_from_model(nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(),
                                            nn.LayerNorm(128), nn.Linear(128, 10)), (1, 8, 8))

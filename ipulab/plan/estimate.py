@@ -131,11 +131,11 @@ def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) ->
     powers of two, micro-batches ≥ 2p − 1, phases)."""
     target = target_of(system)
     m = mapping.resolve(spec, target.num_ipus, global_batch)
-    if spec.simulated and spec.dims.get("placed") and m.tensor_parallel[1] > 1:
-        raise PlanError(f"mapping: t = {m.tensor_parallel[0]}x{m.tensor_parallel[1]}: 2-D "
-                        "tensor parallelism of transformer layers is not priced at the small "
-                        "scale yet (1-D t is, as nn/megatron.py builds it); the full scale "
-                        "shards them as PopXL does")
+    for block in spec.blocks if spec.simulated else ():      # nn/megatron.py splits heads
+        heads = getattr(block, "heads", 0)
+        if heads and heads % m.tensor_parallel[0]:
+            raise PlanError(f"mapping: t1 = {m.tensor_parallel[0]} does not divide the {heads} "
+                            f"attention heads of {block.name} (each shard takes whole heads)")
     if spec.simulated:
         memory, times, notes = _small_scale(spec, target, m)
     else:

@@ -243,19 +243,22 @@ def _price(target, cs: list[Group], sync: int, far_sync: int) -> Priced:
     return Priced(int(cycles), st.buffers, st.state, st.code, active, phases)
 
 
-def _on_other_shards(groups: list[Group], shared: set, T: int, t: int) -> list | None:
-    """The compute set as shards 1..t-1 of a stage build it beside shard 0's (tensor
-    sharding): each one's vertices and tensors on its own IPU, the weights every shard reads
-    (shared: their variables) on shard 0's; None when it reads none of them."""
-    out, reads = [], False
-    for g in groups:
-        own = [np.isin(f.tensor.ids >> VARIABLE_BITS, list(shared), invert=True)
-               for f in g.fields]
-        reads |= not all(m.all() for m in own)
-        out += [replace(g, tiles=g.tiles + k * T, fields=[
-            replace(f, tensor=Placed(f.tensor.where + k * T * m, f.tensor.ids, f.tensor.dtype))
-            for f, m in zip(g.fields, own)]) for k in range(1, t)]
-    return out if reads else None
+def _on_other_shards(groups: list[Group], shared: dict, T: int) -> list | None:
+    """The compute set as the other shards of a stage build it beside shard 0's (tensor
+    sharding): each one's vertices and tensors on its own IPU (k), the weights it reads
+    from shard 0 (shared: variable -> the shards reading it) on shard 0's; None when no
+    shard reads any of them."""
+    read = {int(v) for g in groups for f in g.fields
+            for v in np.unique(f.tensor.ids >> VARIABLE_BITS) if int(v) in shared}
+    readers = sorted({k for v in read for k in shared[v]})
+    out = []
+    for k in readers:
+        remote = [v for v in read if k in shared[v]]
+        out += [replace(g, tiles=g.tiles + k * T, fields=[replace(f, tensor=Placed(
+            f.tensor.where + k * T * np.isin(f.tensor.ids >> VARIABLE_BITS, remote,
+                                             invert=True), f.tensor.ids, f.tensor.dtype))
+            for f in g.fields]) for g in groups]
+    return out or None
 
 
 def _exchange(target, moves, T: int) -> dict:
@@ -303,7 +306,7 @@ class Placing:
             return
         mc = self.mc
         p = price(mc.graph, groups, mc.own_sync, mc.far_sync)
-        other = _on_other_shards(groups, mc.shared, mc.T, mc.t) if mc.shared else None
+        other = _on_other_shards(groups, mc.shared, mc.T) if mc.shared else None
         self.superstep(name, p.cycles if other is None else max(p.cycles, price(
             mc.shards_graph, other, mc.own_sync, mc.far_sync).cycles))
         T = mc.T

@@ -57,6 +57,7 @@ class Pass:
     first_weighted: int
     batch: int = 0
     recompute: bool = False
+    grid: tuple = (1, 1)          # t1 x t2 (a transformer's shards, nn/megatron.py)
     inputs: dict = field(default_factory=dict)
     saved: dict = field(default_factory=dict)
 
@@ -129,8 +130,13 @@ class StepWalk:
         rows) under tensor sharding; a transformer's as Megatron splits them (its shard's,
         and those every shard reads, kept there)."""
         if self.placed:
-            return [math.prod(shape) for _, shape in self.layers[i].weights_of(self.m.t)]
+            return [math.prod(shape) for _, shape in self.weights_of(i)]
         return [ceil(n / self.m.t) for n in self.layers[i].tensors]
+
+    def weights_of(self, i: int) -> list:
+        """(name, shape) of layer i's weights on a stage's first IPU (update.py)."""
+        layer = self.layers[i]
+        return layer.weights_of(self.m.tensor_parallel if self.placed else self.m.t)
 
     def on_ipu(self, blocks) -> float:
         """Parameters of `blocks` on a stage's first IPU (1/t of them, or Megatron's)."""
@@ -180,7 +186,7 @@ class StepWalk:
     def run(self, mb: int, train: bool) -> Pass:
         m = self.m
         return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
-                    self.first_weighted, self.batch, m.recompute)
+                    self.first_weighted, self.batch, m.recompute, m.tensor_parallel)
 
     def batch_input(self):
         """A placed model's batch: [B, ...] (token ids INT) mapped linearly on the first
@@ -263,11 +269,13 @@ class StepWalk:
 
     def to_shards(self, ipu, x, name: str):
         """Under tensor sharding, a stage's input (or its output's gradient) copied to its
-        shards (nn/megatron.py: what no layer of the stage left on them)."""
+        shards (nn/megatron.py: what no layer of the stage left on them; t2 > 1: each
+        shard's column block)."""
         if self.mc.t == 1:
             return x
         from .shards import to_shard
-        return to_shard(ipu, f"{name} to the shards", x)
+        t2 = self.m.tensor_parallel[1]
+        return to_shard(ipu, f"{name} to the shards", x[..., :x.shape[-1] // t2])
 
     def backward(self, ipu, s: int, blocks, run: Pass) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
@@ -313,10 +321,9 @@ class StepWalk:
         """The step's end on this IPU, phase by phase (update.py): the fp16 copies, a
         pipeline's accumulators, the replicas' collectives, the optimizer. Each weight is
         updated where it lives (the shared ones read by no other shard)."""
-        shared, self.mc.shared = self.mc.shared, set()
+        shared, self.mc.shared = self.mc.shared, {}
         for phase in self.phases():
-            total = sum(math.prod(shape) for i in phase
-                        for _, shape in self.layers[i].weights_of(self.m.t))
+            total = sum(math.prod(shape) for i in phase for _, shape in self.weights_of(i))
             self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
                 self, ipu, [i for i in phase if i in blocks], total)
         self.mc.shared = shared

@@ -130,7 +130,7 @@ class Machine:
         # of the weights every shard reads from shard 0 (lowering prices their reads)
         self.shards_graph = Target(target.chip, self.t, target.tiles_per_ipu) \
             if self.t > 1 else None
-        self.shared: set = set()
+        self.shared: dict = {}
         self.addr = Addresses()          # element addresses of placed tensors (placed.py)
         self.dtype = HALF_TYPE if self.E == 2 else FLOAT_TYPE
         self._placed: dict = {}

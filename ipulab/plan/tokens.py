@@ -108,8 +108,9 @@ class Tokens(Layer):
     def need_dx(self, run) -> bool:
         return self.index > run.first_weighted
 
-    def weights_of(self, t: int = 1) -> list:
-        """(name, shape) of its weights in state_dict order (the names its ops read them by)."""
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        """(name, shape) of its weights in state_dict order (the names its ops read them by),
+        shard 0's of a t1 x t2 grid (nn/megatron.py)."""
         return []
 
 
@@ -152,28 +153,28 @@ class Embedding(Tokens):
         return cls(name, vocab * dim, vocab * dim, 0.0, positions, positions * dim, 0, index,
                    (vocab * dim,), work, vocab=vocab, dim=dim, positions=positions)
 
-    def weights_of(self, t: int = 1) -> list:
-        return [("weight", (self.vocab // t, self.dim))]
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        return [("weight", (self.vocab // grid[0], self.dim // grid[1]))]
 
     def forward(self, ipu, run, x):
-        ids, t = x.flatten(), run.t
-        if t > 1:
+        ids, split = x.flatten(), run.grid != (1, 1)
+        if split:
             ids = sharding.shard_ids(self, ipu, run, ids)
-        y = slices.multi_slice(ipu, self.op_name("lookup"), self.weight(
-            ipu, "weight", (self.vocab // t, self.dim)), ids).reshape(x.shape + (self.dim,))
-        if t > 1:
-            ipu.hold(("act", run.micro_batch, self.index), y)
-            y = sharding.all_reduce(ipu, self.op_name("all_reduce/t1"), y, t)
+        [(_, shape)] = self.weights_of(run.grid)
+        y = slices.multi_slice(ipu, self.op_name("lookup"), self.weight(ipu, "weight", shape),
+                               ids).reshape(x.shape + shape[1:])
+        y = sharding.over(ipu, self, run, "all_reduce/t1", y, 1)
         return self.output(ipu, run, y)
 
     def backward(self, ipu, run, dy):
-        ids = self.saved(run, "ids") if run.t > 1 else run.inputs[self.index].flatten()
-        w = self.weight(ipu, "weight", (self.vocab // run.t, self.dim))
+        split = run.grid != (1, 1)
+        ids = self.saved(run, "ids") if split else run.inputs[self.index].flatten()
+        w = self.weight(ipu, "weight", self.weights_of(run.grid)[0][1])
         dw = ipu.mc.addr.like(w, dy.dtype)
         ipu.hold(("act", run.micro_batch, self.index, "dw"), dw)
         ops.map_op(ipu, self.op_name("weight_grad/zero"), E.const(0), [dw], in_place=True)
         slices.multi_update_add(ipu, self.op_name("weight_grad"), dw,
-                             dy.reshape((ids.elements, self.dim)), ids)
+                             dy.reshape((ids.elements, w.shape[1])), ids)
         self.release(ipu, run, "dw", "ids")
         self.gradient_made(ipu, run, "weight", dw)
         return self.passed(ipu, run, None)
@@ -195,11 +196,11 @@ class PositionalEmbedding(Tokens):
         return cls(name, max_len * dim, max_len * dim, 0.0, n, 2 * n, 0, index,
                    (max_len * dim,), work, max_len=max_len, dim=dim, positions=positions)
 
-    def weights_of(self, t: int = 1) -> list:
-        return [("weight", (self.max_len, self.dim))]
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        return [("weight", (self.max_len, self.dim // grid[1]))]
 
     def forward(self, ipu, run, x):
-        w = sharding.shared(ipu, self.weight(ipu, "weight", (self.max_len, self.dim)))
+        w = sharding.shared(ipu, self.weight(ipu, "weight", self.weights_of(run.grid)[0][1]))
         y = ops.map_op(ipu, self.op_name("add"), add_expr(), [x, w[:x.shape[1]]])
         if not run.recompute:           # its backward does not read its input
             ipu.free(("act", run.micro_batch, self.index - 1))
@@ -208,7 +209,7 @@ class PositionalEmbedding(Tokens):
     def backward(self, ipu, run, dy):
         dw = reductions.reduce_rows(ipu, self.op_name("weight_grad"), dy)
         if self.positions < self.max_len:
-            zeros = ipu.shared_constant((self.max_len - self.positions, self.dim), dy.dtype)
+            zeros = ipu.shared_constant((self.max_len - self.positions, dy.shape[-1]), dy.dtype)
             dw = placed.concat([dw, zeros], 0)
         self.gradient_made(ipu, run, "weight", dw)
         dx = dy if self.need_dx(run) else None
@@ -229,6 +230,8 @@ class NormPart:
     dim: int
 
     def forward(self, layer, ipu, run, x):
+        if run.grid[1] > 1:             # over its columns, the statistics all-reduced
+            return sharding.norm(layer, ipu, run, self, x)
         g, b = (sharding.shared(ipu, layer.weight(ipu, self.scope + n, (self.dim,)))
                 for n in ("weight", "bias"))
         y, mean, inv = ops.layer_norm(ipu, layer.op_name(self.scope + "layer_norm"), x, g, b)
@@ -237,6 +240,8 @@ class NormPart:
         return y
 
     def backward(self, layer, ipu, run, x, dy, need_dx: bool):
+        if run.grid[1] > 1:
+            return sharding.norm_grad(layer, ipu, run, self, dy, need_dx)
         g = layer.weight(ipu, self.scope + "weight", (self.dim,))
         stats = (layer.saved(run, self.scope + "mean"), layer.saved(run, self.scope + "inv_std"))
         dx, sums = ops.layer_norm_grad(ipu, layer.op_name(self.scope + "layer_norm_grad"), x, dy,
@@ -260,8 +265,8 @@ class LayerNorm(Tokens):
         return cls(name, 2 * dim, dim, 0.0, rows * dim, rows * dim, 0, index, (dim, dim),
                    work, dim=dim, rows=rows)
 
-    def weights_of(self, t: int = 1) -> list:
-        return [("weight", (self.dim,)), ("bias", (self.dim,))]
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        return [("weight", (self.dim // grid[1],)), ("bias", (self.dim // grid[1],))]
 
     def forward(self, ipu, run, x):
         return self.output(ipu, run, NormPart("", self.dim).forward(self, ipu, run, x))
@@ -359,28 +364,30 @@ class TokenLinear(Tokens):
     def nn_name(self) -> str:
         return "Linear"
 
-    def part(self, t: int = 1) -> LinearPart:
+    @property
+    def part(self) -> LinearPart:
         fin, fout, bias, relu = self.features
-        return LinearPart("", fin, fout // t, bias, relu)
+        return LinearPart("", fin, fout, bias, relu)
 
-    def weights_of(self, t: int = 1) -> list:
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
         fin, fout, bias, _ = self.features
-        return [("weight", (fout // t, fin))] + [("bias", (fout // t,))] * bias
+        t1, t2 = grid
+        return [("weight", (fout // t1, fin // t2))] + [("bias", (fout // t1,))] * bias
 
     def withrelu_expr(self) -> "TokenLinear":
         """This Linear with the ReLU after it folded in (as nn folds it)."""
         return dataclasses.replace(self, features=self.features[:3] + (True,))
 
     def forward(self, ipu, run, x):
-        y = self.part(run.t).forward(self, ipu, run, x)
+        y = sharding.column(self, ipu, run, self.part, x)
         self.note(run, "out", y)
-        return self.output(ipu, run, sharding.gathered(ipu, y, run.t))
+        return self.output(ipu, run, sharding.gathered(ipu, y, run.grid[0]))
 
     def backward(self, ipu, run, dy):
-        y, t = self.saved(run, "out"), run.t
-        dy = sharding.columns_to_shard(self, ipu, dy, t)
-        dx = self.part(t).backward(self, ipu, run, dy, y, self.need_dx(run))
-        return self.passed(ipu, run, sharding.input_grad(self, ipu, run, "", dx, t))
+        y = self.saved(run, "out")
+        dy = sharding.columns_to_shard(self, ipu, dy, run.grid[0])
+        return self.passed(ipu, run, sharding.column_grad(self, ipu, run, self.part, dy, y,
+                                                          self.need_dx(run)))
 
 
 @dataclass(frozen=True)

@@ -55,16 +55,15 @@ class AttentionPart:
     heads: int
     causal: bool = False
     dropout: float = 0.0
-    t: int = 1                  # Megatron's shards: this one's heads, out_proj by rows
+    t1: int = 1                 # Megatron's shards: this one's heads (shards.py)
 
     @property
     def in_proj(self) -> LinearPart:
-        return LinearPart(self.scope + "in_proj/", self.dim, 3 * self.dim // self.t)
+        return LinearPart(self.scope + "in_proj/", self.dim, 3 * self.dim)
 
     @property
     def out_proj(self) -> LinearPart:
-        return LinearPart(self.scope + "out_proj/", self.dim // self.t, self.dim,
-                          bias=self.t == 1)
+        return LinearPart(self.scope + "out_proj/", self.dim, self.dim)
 
     @property
     def attn_drop(self) -> DropoutPart:
@@ -72,8 +71,8 @@ class AttentionPart:
 
     def forward(self, layer, ipu, run, x):
         B, S, _ = x.shape
-        h, sc, d = self.heads // self.t, self.scope, self.dim // self.t
-        qkv = self.in_proj.forward(layer, ipu, run, x)                    # [B, S, 3d]
+        h, sc, d = self.heads // self.t1, self.scope, self.dim // self.t1
+        qkv = sharding.column(layer, ipu, run, self.in_proj, x)          # [B, S, 3d]
         layer.save(ipu, run, sc + "qkv", qkv)
         q, k, v = (_heads(qkv[:, :, i * d:(i + 1) * d], B, S, h) for i in range(3))
         scores = ops.mat_mul(ipu, layer.op_name(sc + "scores"), q, k.dim_shuffle((0, 2, 1)))
@@ -87,18 +86,13 @@ class AttentionPart:
         ctx = ops.mat_mul(ipu, layer.op_name(sc + "context"), attn, v)          # [B·h, S, hd]
         layer.save(ipu, run, sc + "ctx", ctx)
         layer.note(run, sc + "views", (q, k, v, probs, attn))
-        y = self.out_proj.forward(layer, ipu, run, _merge_heads(ctx, B, h))
-        if self.t == 1:
-            return y
-        return sharding.row_bias(layer, ipu, run, sc + "out_proj/", y, self.t)
+        return sharding.row(layer, ipu, run, self.out_proj, _merge_heads(ctx, B, h))
 
     def backward(self, layer, ipu, run, dy, need_dx: bool):
-        h, sc = self.heads // self.t, self.scope
+        h, sc = self.heads // self.t1, self.scope
         q, k, v, probs, attn = layer.saved(run, sc + "views")
         B, S = dy.shape[:2]
-        if self.t > 1:
-            sharding.row_bias_grad(layer, ipu, run, sc + "out_proj/", dy)
-        dctx = self.out_proj.backward(layer, ipu, run, dy, None, True)
+        dctx = sharding.row_grad(layer, ipu, run, self.out_proj, dy)
         layer.release(ipu, run, sc + "ctx")
         layer.save(ipu, run, sc + "dctx", dctx)
         dctx = _heads(dctx, B, S, h)
@@ -118,9 +112,9 @@ class AttentionPart:
         layer.release(ipu, run, sc + "dscores", sc + "qkv")
         layer.save(ipu, run, sc + "dqk", dqk)
         dqkv = placed.concat([_merge_heads(t, B, h) for t in (dqk[:G], dqk[G:], dv)], 2)
-        dx = self.in_proj.backward(layer, ipu, run, dqkv, None, need_dx)
+        dx = sharding.column_grad(layer, ipu, run, self.in_proj, dqkv, None, need_dx)
         layer.release(ipu, run, sc + "dqk", sc + "dv")
-        return sharding.input_grad(layer, ipu, run, sc + "in_proj/", dx, self.t)
+        return dx
 
 
 @dataclass(frozen=True)
@@ -140,29 +134,31 @@ class MultiheadAttention(Tokens):
         return cls(name, *parts, index, (3 * d * d, 3 * d, d * d, d), work, dim=d,
                    heads=heads, positions=positions, causal=causal, dropout=dropout)
 
-    def part(self, t: int) -> AttentionPart:
-        return AttentionPart("", self.dim, self.heads, self.causal, self.dropout, t)
+    def part(self, grid: tuple) -> AttentionPart:
+        return AttentionPart("", self.dim, self.heads, self.causal, self.dropout, grid[0])
 
-    def weights_of(self, t: int = 1) -> list:
-        return _attention_weights("", self.dim, t)
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        return _attention_weights("", self.dim, grid)
 
     @property
     def train_only(self) -> bool:
         return self.dropout > 0
 
     def forward(self, ipu, run, x):
-        return self.output(ipu, run, self.part(run.t).forward(self, ipu, run, x))
+        return self.output(ipu, run, self.part(run.grid).forward(self, ipu, run, x))
 
     def backward(self, ipu, run, dy):
-        return self.passed(ipu, run, self.part(run.t).backward(self, ipu, run, dy,
+        return self.passed(ipu, run, self.part(run.grid).backward(self, ipu, run, dy,
                                                                self.need_dx(run)))
 
 
-def _attention_weights(scope: str, d: int, t: int = 1) -> list:
-    """Shard 0's (Megatron over t: its heads' q, k and v rows, out_proj's columns of them;
-    out_proj's bias whole, on shard 0)."""
-    return [(f"{scope}in_proj/weight", (3 * d // t, d)), (f"{scope}in_proj/bias", (3 * d // t,)),
-            (f"{scope}out_proj/weight", (d, d // t)), (f"{scope}out_proj/bias", (d,))]
+def _attention_weights(scope: str, d: int, grid: tuple = (1, 1)) -> list:
+    """Shard 0's of t1 x t2 (nn/megatron.py: its heads' q, k and v rows, out_proj's columns
+    of them; t2 splits the hidden dimension; the biases on the shards that own them)."""
+    t1, t2 = grid
+    return [(f"{scope}in_proj/weight", (3 * d // t1, d // t2)),
+            (f"{scope}in_proj/bias", (3 * d // t1,)),
+            (f"{scope}out_proj/weight", (d // t2, d // t1)), (f"{scope}out_proj/bias", (d // t2,))]
 
 
 def _attention_counts(d: int, heads: int, s: int) -> tuple:
@@ -218,9 +214,9 @@ class EncoderLayer(Tokens):
     def train_only(self) -> bool:
         return self.dropout > 0
 
-    def weights_of(self, t: int = 1) -> list:
-        d, f = self.dim, self.ffn // t
-        return _attention_weights("self_attn/", d, t) + [
+    def weights_of(self, grid: tuple = (1, 1)) -> list:
+        d, f = self.dim // grid[1], self.ffn // grid[0]
+        return _attention_weights("self_attn/", self.dim, grid) + [
             ("linear1/weight", (f, d)), ("linear1/bias", (f,)), ("linear2/weight", (d, f)),
             ("linear2/bias", (d,)), ("norm1/weight", (d,)), ("norm1/bias", (d,)),
             ("norm2/weight", (d,)), ("norm2/bias", (d,))]
@@ -247,14 +243,17 @@ class EncoderLayer(Tokens):
             return over1, (0.0, 0.0)
         return over1, (s * (3 * h + f) / t1 + 4 * s, s * (h + f) / t1 + 4 * s)
 
-    def attention(self, t: int) -> AttentionPart:
-        return AttentionPart("self_attn/", self.dim, self.heads, self.causal, self.dropout, t)
+    def attention(self, grid: tuple) -> AttentionPart:
+        return AttentionPart("self_attn/", self.dim, self.heads, self.causal, self.dropout,
+                             grid[0])
 
-    def linear1(self, t: int) -> LinearPart:
-        return LinearPart("linear1/", self.dim, self.ffn // t, relu=self.activation == "relu")
+    @property
+    def linear1(self) -> LinearPart:
+        return LinearPart("linear1/", self.dim, self.ffn, relu=self.activation == "relu")
 
-    def linear2(self, t: int) -> LinearPart:
-        return LinearPart("linear2/", self.ffn // t, self.dim, bias=t == 1)
+    @property
+    def linear2(self) -> LinearPart:
+        return LinearPart("linear2/", self.ffn, self.dim)
 
     def _drop(self, which: str) -> DropoutPart:
         return DropoutPart(f"{which}/", self.dropout)
@@ -273,12 +272,12 @@ class EncoderLayer(Tokens):
         return z
 
     def _sa(self, ipu, run, x):
-        return self._dropped(ipu, run, self.attention(run.t).forward(self, ipu, run, x),
+        return self._dropped(ipu, run, self.attention(run.grid).forward(self, ipu, run, x),
                              "dropout1",
                              "sa")
 
     def _ff(self, ipu, run, x):
-        h1 = self.linear1(run.t).forward(self, ipu, run, x)
+        h1 = sharding.column(self, ipu, run, self.linear1, x)
         self.save(ipu, run, "h1", h1)
         if self.activation == "gelu":
             a = ops.map_op(ipu, self.op_name("activation/gelu"), gelu_expr(False, h1.dtype), [h1])
@@ -289,10 +288,8 @@ class EncoderLayer(Tokens):
         if a2 is not a:
             self.save(ipu, run, "act2", a2)
             self.release(ipu, run, "act")     # GELU's output: read by the dropout only
-        y = self.linear2(run.t).forward(self, ipu, run, a2)
-        if run.t > 1:
-            y = sharding.row_bias(self, ipu, run, "linear2/", y, run.t)
-        return self._dropped(ipu, run, y, "dropout2", "ff")
+        return self._dropped(ipu, run, sharding.row(self, ipu, run, self.linear2, a2),
+                             "dropout2", "ff")
 
     def _residual(self, ipu, run, x, y, what: str, part: str, keep: str | None):
         """x + y (the sublayer's output, `part`, read only here), held as `keep`."""
@@ -324,9 +321,7 @@ class EncoderLayer(Tokens):
     def _ff_grad(self, ipu, run, dy, x):
         """The feed-forward's gradient (x: its input)."""
         dy = self._drop("dropout2").backward(self, ipu, run, dy)
-        if run.t > 1:
-            sharding.row_bias_grad(self, ipu, run, "linear2/", dy)
-        a2 = self.linear2(run.t).backward(self, ipu, run, dy, None, True)
+        a2 = sharding.row_grad(self, ipu, run, self.linear2, dy)
         self.release(ipu, run, "act2", "act")
         self.save(ipu, run, "da", a2)
         da = self._drop("dropout").backward(self, ipu, run, a2)
@@ -336,14 +331,14 @@ class EncoderLayer(Tokens):
                             [h1, da])
             self.save(ipu, run, "dh", da)
             self.release(ipu, run, "da", "h1")
-        dx = self.linear1(run.t).backward(self, ipu, run, da, self.saved(run, "h1")
-                                          if self.activation == "relu" else None, True)
+        dx = sharding.column_grad(self, ipu, run, self.linear1, da, self.saved(run, "h1")
+                                  if self.activation == "relu" else None, True)
         self.release(ipu, run, "h1", "da", "dh")
-        return sharding.input_grad(self, ipu, run, "linear1/", dx, run.t)
+        return dx
 
     def _sa_grad(self, ipu, run, dy, need_dx: bool):
         dy = self._drop("dropout1").backward(self, ipu, run, dy)
-        return self.attention(run.t).backward(self, ipu, run, dy, need_dx)
+        return self.attention(run.grid).backward(self, ipu, run, dy, need_dx)
 
     def backward(self, ipu, run, dy):
         d, need = self.dim, self.need_dx(run)

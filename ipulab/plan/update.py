@@ -30,7 +30,7 @@ def update_placed(walk, ipu, layers, total: int) -> int:
     replica's phase (all stages': a chunk is wherever its gradients are, its step as long
     as the slowest copy)."""
     m, mc = walk.m, walk.mc
-    keys = [(i, name, shape) for i in layers for name, shape in walk.layers[i].weights_of(m.t)]
+    keys = [(i, name, shape) for i in layers for name, shape in walk.weights_of(i)]
     if not keys:
         return 0
     weights = concat([walk.layers[i].master(ipu, name, shape).flatten()
