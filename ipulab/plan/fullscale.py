@@ -61,7 +61,9 @@ ASSUMPTIONS = (
 # a mapping with t > 1 rests on this too: nn does not shard transformer layers yet, so the
 # simulator cannot check it at small scale
 TENSOR_ASSUMPTION = ("tensor sharding as Megatron (1-D) and Graphcore's PopXL GPT-3 (2-D) "
-                     "shard a layer, assumed (not yet checked against the simulator)")
+                     "shard a layer: its parameters and all-reduces counted per layer "
+                     "(the simulator's own sharding is checked at the small scale, t ≤ 4 and "
+                     "2x2; not these counts at this size)")
 
 
 def stage_blocks(spec, stages, s: int) -> list:

@@ -1,15 +1,20 @@
 """Tensor parallelism of a transformer's layers at the small scale, as nn/megatron.py builds
-it (Megatron's split over the t IPUs of a stage): what shard 0 builds and receives.
+it over the t1 x t2 IPUs of a stage (Megatron's heads, feed-forward and vocabulary over t1;
+PopXL's hidden dimension over t2): what shard (0, 0) builds and receives.
 
-    y = all_reduce(ipu, "2.TransformerEncoderLayer/linear2/all_reduce/t1", y, t)
-    ids = to_shard(ipu, "0.Embedding/token ids to the shards", ids)
+    y = column(layer, ipu, run, part, x)        # a Linear by output columns (shard_ops.column)
+    y = row(layer, ipu, run, part, x)           # by input columns, all-reduced over t1
+    y = norm(layer, ipu, run, part, x)          # LayerNorm over t2 column blocks
+    y = over(ipu, layer, run, "all_reduce/t1", y, 1)     # Grid.all_reduce over t1
 
 Shard 0 (a stage's first IPU) is the one priced: the shards' compute sets are the same shapes
-side by side (poplar.parallel merges them, a sync across the IPUs), and shard 0 also holds the
-weights every shard reads (the norms, the row-parallel biases, the position table). The
-all-reduce is nn/shards.py's Grid.all_reduce: a reduce-scatter (chunk j of every shard's part
-copied to shard j, one exchange over the IPU-Links), the chunk's sum as one map where it lies,
-and an all-gather of the sums (a second exchange); each copy lands in a new variable mapped
+side by side (poplar.parallel merges them, a sync across the IPUs; their copies are steps of
+their own), and shard 0 also holds weights other shards read over the IPU-Links (shared():
+the norms, the row-parallel biases and the position table over t1, a column-parallel bias
+over t2), whose compute sets lowering.py prices beside its own. The all-reduce is
+nn/shards.py's Grid.all_reduce: a reduce-scatter (chunk j of every member's part copied to
+member j, one exchange over the IPU-Links), the chunk's sum as one map where it lies, and an
+all-gather of the sums (a second exchange); each copy lands in a new variable mapped
 linearly on the receiving IPU. The other shards' tensors lie as shard 0's do, on their IPUs.
 """
 from __future__ import annotations

@@ -19,7 +19,8 @@ selective recompute, s·h kept at its input, and tensor sharding as Megatron doe
 its heads and its slice of f), the output and second Linear by rows, one all-reduce of each
 sublayer's output per pass each way: 2·s·h per pass. 2-D (t1 × t2, graphcore/examples
 nlp/gpt3_175B/popxl): t1 shards heads and f as Megatron, t2 the hidden dimension, the products'
-partial sums and the layer norms' statistics all-reduced over t2.
+partial sums and the layer norms' statistics all-reduced over t2. At the small scale the
+shards are priced as nn/megatron.py builds them (shards.py).
 """
 from __future__ import annotations
 
