@@ -29,6 +29,7 @@ from ..poplin.matmul import Blocks
 from ..poplin.plan import macs_per_cycle
 from ..popnn import rowcodelets as rc
 from ..popops import expr as E
+from ..popops.elementwise import number_fields
 from ..popops.mapcodelet import map_codelet, result_dtype
 from ..poprand import codelets as rnd
 from ..poputil import grain_of, pieces, typed_variant
@@ -82,17 +83,7 @@ def map_op(ipu, name: str, expr, tensors: list, in_place: bool = False) -> Place
         like = max(full, key=lambda t: t.elements) if full else None
         out = mc.addr.like(like, out_dtype) if like is not None else \
             mc.addr.linear(shape, out_dtype, mc.graph.num_tiles)
-    mapping, fields = {}, []
-    for n in used:
-        t = tensors[n - 1]
-        if in_place and _same(t, out):
-            mapping[n] = E.placeholder(1)
-            continue
-        k = next((k for k, other in fields if _same(t, other)), None)
-        if k is None:
-            k = len(fields) + (2 if in_place else 1)
-            fields.append((k, t))
-        mapping[n] = E.placeholder(k)
+    mapping, fields = number_fields(tensors, used, out, in_place, _same)
     body = E.substitute(expression, mapping)
     reads_out = in_place and 1 in body.placeholders()
     n_out = out.elements

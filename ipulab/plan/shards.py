@@ -24,24 +24,13 @@ from dataclasses import replace
 import numpy as np
 
 from ..machine.cost import exchange_cost
+from ..nn.tensor_parallel import split_bounds
 from ..poplar import types
 from ..popops import expr as E
 from . import ops, reductions, tokens
 from .placed import VARIABLE_BITS, Placed, concat
 
 TERMS = 9                   # popops.expr's placeholders: a sum adds up to 8 terms to its total
-
-
-def split_bounds(n: int, t: int) -> list[tuple[int, int]]:
-    """nn.tensor_parallel.split_bounds: [lo, hi) of each non-empty part of n split t ways."""
-    base, extra = divmod(n, t)
-    out, lo = [], 0
-    for i in range(t):
-        hi = lo + base + (i < extra)
-        if hi > lo:
-            out.append((lo, hi))
-        lo = hi
-    return out
 
 
 def copies(ipu, name: str, moves: list) -> list[Placed]:
@@ -316,6 +305,6 @@ def columns_to_shard(layer, ipu, dy: Placed, t: int) -> Placed:
                   [(dy[..., :n], k, k) for k in range(t)])[0]
 
 
-__all__ = ["split_bounds", "copies", "to_shard", "all_reduce", "over", "shared", "column",
+__all__ = ["copies", "to_shard", "all_reduce", "over", "shared", "column",
            "column_grad", "row", "row_grad", "norm", "norm_grad", "shard_ids", "gathered",
            "columns_to_shard"]
