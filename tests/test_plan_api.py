@@ -288,6 +288,8 @@ def test_transformer_tensor_parallelism_at_small_scale():
     weights = [e.memory[0]["kinds"]["weights"] for e in (one, four, grid)]
     assert weights[1] < weights[0] / 2 and weights[2] < weights[1]
     assert four.peak_bytes_per_ipu < one.peak_bytes_per_ipu
+    assert any("shard 0" in a for a in four.assumptions)
+    assert not any("shard 0" in a for a in one.assumptions)
     with pytest.raises(PlanError, match="t1 = 8 does not divide"):
         plan.estimate(spec, pod, plan.make_mapping(tensor_parallel=(8, 1), replicas=2,
                                                    micro_batch_size=4, strict=False), 8)

@@ -26,6 +26,8 @@ from .mapping import Mapping
 MB = 2**20
 CHECKED = ("the cycle model, checked against the simulator (bytes of the fullest IPU and "
            "cycles within 15 %: benchmarks/plan_crosscheck.py)")
+SHARD_ZERO = ("tensor sharding: the bytes of a stage's first IPU (shard 0, which holds the "
+              "weights the shards share); another shard may hold a few % more")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def _small_scale(spec, target, m) -> tuple[list, dict, tuple]:
     memory = [{"kinds": kinds, "total": sum(kinds.values()), "streaming": streamed}
               for kinds, streamed in zip(found["stages"], found["streaming"])]
     times = {k: v / target.clock_hz for k, v in found["cycle_parts"].items()}
-    return memory, times, (CHECKED,)
+    sharded = m.t > 1 and bool(spec.dims.get("placed"))
+    return memory, times, (CHECKED,) + (SHARD_ZERO,) * sharded
 
 
 def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
