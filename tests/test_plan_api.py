@@ -28,8 +28,9 @@ def avg_cnn():
 
 
 def simulated(model, device, **options):
-    """A trainer that has run one step, and (bytes of its fullest IPU, its seconds)."""
-    x, y, _, _ = data.digits()
+    """A trainer that has run one step (on digits, or token ids for a model of tokens),
+    and (bytes of its fullest IPU, its seconds)."""
+    x, y, _, _ = data.sort_tokens() if model.takes_tokens else data.digits()
     trainer = nn.Trainer(model, device, **options)
     n = trainer.global_batch_size
     trainer.fit(x[:n], y[:n], shuffle=False)
@@ -61,6 +62,17 @@ GRID = [
     ("mlp", lambda: devices.bow2000(tiles_per_ipu=8), dict(replicas=1, batch_size=32)),
     ("cnn", lambda: devices.pod(16, tiles_per_ipu=64), dict(replicas=4, batch_size=32,
                                                              tensor_parallel=4)),
+    # the optimizers' updates as nn builds them: Adam, LAMB's norms (all-reduced under RTS)
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="adam", lr=1e-3)),
+    ("mlp", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="lamb", lr=1e-3)),
+    ("mlp", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=8, batch_size=16,
+                                                             tensor_parallel=2, rts=True,
+                                                             optimizer="adamw", lr=1e-3)),
+    ("cnn", lambda: devices.pod(16, tiles_per_ipu=16), dict(replicas=16, batch_size=16,
+                                                             optimizer="lamb", lr=1e-3,
+                                                             rts=True, precision="fp16")),
 ]
 MODELS = {"cnn": nn.default_cnn, "mlp": mlp, "dropout": lambda: mlp(True), "avg": avg_cnn}
 
@@ -175,3 +187,112 @@ def test_misuse_is_one_plan_error():
         plan.mapping_from_config({"replicas": 2})
     with pytest.raises(PlanError, match="no layers"):
         plan.spec_from_model([], (1, 8, 8))
+
+
+# --- transformers ------------------------------------------------------------------------------
+def gpt(norm_first: bool = True, dropout: float = 0.0, activation: str = "gelu",
+        causal: bool = True, ffn: int = 256):
+    blocks = [nn.TransformerEncoderLayer(64, 4, ffn, dropout=dropout, activation=activation,
+                                         norm_first=norm_first, causal=causal)
+              for _ in range(2)]
+    return nn.Sequential(nn.Embedding(64, 64), nn.PositionalEmbedding(32, 64), *blocks,
+                         nn.LayerNorm(64), nn.Linear(64, 64))
+
+
+GPT_GRID = [
+    (nn.small_gpt, lambda: devices.ipu("bow", tiles_per_ipu=64), dict(batch_size=8)),
+    (nn.small_gpt, lambda: devices.bow2000(), dict(replicas=4, batch_size=8,
+                                                   precision="fp16")),
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32), dict(replicas=4, batch_size=8)),
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32),
+     dict(replicas=2, batch_size=8, pipeline=2, micro_batches=4)),
+    (lambda: gpt(norm_first=False, dropout=0.1), lambda: devices.ipu("bow", tiles_per_ipu=64),
+     dict(batch_size=8, optimizer="adamw", lr=1e-3)),
+    (lambda: gpt(activation="relu", causal=False, ffn=128),
+     lambda: devices.bow2000(tiles_per_ipu=64), dict(replicas=1, batch_size=8, momentum=0.9,
+                                                      optimizer_state="off-chip")),
+    # Megatron's tensor parallelism (nn/megatron.py): heads and feed-forward over t IPUs,
+    # the vocabulary split, with replicas and RTS; over a Bow-2000 in a pipeline, fp16
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32),
+     dict(replicas=4, batch_size=8, tensor_parallel=4, momentum=0.9, rts=True)),
+    (nn.small_gpt, lambda: devices.bow2000(tiles_per_ipu=32),
+     dict(replicas=1, batch_size=8, tensor_parallel=2, pipeline=2, micro_batches=4,
+          precision="fp16")),
+    (nn.small_gpt, lambda: devices.pod(16, tiles_per_ipu=32),
+     dict(replicas=4, batch_size=4, tensor_parallel="2x2", optimizer="adam", lr=1e-3)),
+]
+
+
+@pytest.mark.parametrize("make, device, options", GPT_GRID,
+                         ids=[f"gpt-{i}" for i in range(len(GPT_GRID))])
+def test_estimate_of_a_transformer_run_agrees_with_its_profile(make, device, options):
+    """One IPU, a Bow-2000 in fp16, replicas spread over 4 IPUs, a pipeline, post-norm with
+    Dropout and AdamW, ReLU without the causal mask, a replica over a whole Bow-2000, and
+    tensor parallelism (t = 4 with RTS; t = 2 in a pipeline; 2-D 2x2 with Adam)."""
+    model = make()
+    trainer, sim_bytes, sim_seconds = simulated(model, device(), **options)
+    spec = plan.spec_from_model(model, (32,))
+    e = plan.estimate(spec, trainer.device, plan.mapping_from_config(trainer.config),
+                      trainer.global_batch_size)
+    assert_close(e.peak_bytes_per_ipu, sim_bytes, "bytes of the fullest IPU")
+    assert_close(e.step_seconds, sim_seconds, "seconds of a step")
+
+
+def test_ipulab_plan_gpt_agrees_with_the_simulated_ipu(capsys):
+    """`ipulab plan --model gpt` on one full-size Bow IPU, as the course's run (batch 16)."""
+    assert main(["plan", "--model", "gpt", "--system", "ipu", "--mapping", "r=1",
+                 "--global-batch", "16", "--precision", "fp32", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [m] = doc["mappings"]
+    assert doc["model"] == "gpt" and doc["parameters"] == nn.small_gpt().num_parameters()
+    _, sim_bytes, sim_seconds = simulated(nn.small_gpt(), devices.ipu("bow"),
+                                                 batch_size=16)
+    assert_close(m["peak_bytes_per_ipu"], sim_bytes, "bytes of the fullest IPU")
+    assert_close(m["step_seconds"], sim_seconds, "seconds of a step")
+    assert any("simulator" in a for a in m["assumptions"])
+    assert main(["plan", "--model", "small-gpt", "--system", "ipu", "--mapping", "r=1",
+                 "--global-batch", "16", "--precision", "fp32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mappings"][0]["peak_bytes_per_ipu"] == \
+        m["peak_bytes_per_ipu"]
+
+
+def test_a_transformer_is_read_through_its_layers_cost_classes():
+    from ipulab.plan import layers
+    from ipulab.plan.transformer import EncoderLayer
+    spec = plan.spec_from_model(nn.small_gpt(), (32,))
+    kinds = [type(b).__name__ for b in spec.blocks]
+    assert kinds == ["Embedding", "PositionalEmbedding", "EncoderLayer", "EncoderLayer",
+                     "LayerNorm", "TokenLinear"]
+    assert spec.parameters == nn.small_gpt().num_parameters()
+    assert spec.loss.positions == 32 and spec.loss.classes == 64
+    assert {nn.Embedding, nn.PositionalEmbedding, nn.LayerNorm, nn.GELU,
+            nn.MultiheadAttention, nn.TransformerEncoderLayer} <= set(layers.kinds())
+    # the presets' encoder layers are the class nn's layers map to
+    assert isinstance(plan.bert_large().blocks[0], EncoderLayer)
+    attention = plan.spec_from_model(nn.Sequential(nn.Embedding(10, 8),
+                                                   nn.MultiheadAttention(8, 2, causal=True),
+                                                   nn.GELU(), nn.Linear(8, 10)), (4,))
+    assert [type(b).__name__ for b in attention.blocks] == \
+        ["Embedding", "MultiheadAttention", "GELU", "TokenLinear"]
+
+
+def test_transformer_tensor_parallelism_at_small_scale():
+    """t is priced as nn builds it: shard 0 holds a quarter of the matrices over 4 IPUs, 1-D
+    or 2-D; 1-D keeps the norms, the row-parallel biases and the position table whole on it,
+    2-D half of them (t2 = 2 splits the hidden dimension)."""
+    spec = plan.spec_from_model(nn.small_gpt(), (32,))
+    pod = devices.pod(16, tiles_per_ipu=32)
+    one, four, grid = (plan.estimate(spec, pod, plan.make_mapping(
+        tensor_parallel=t, replicas=16 // (t[0] * t[1]), micro_batch_size=4, strict=False),
+        64 // (t[0] * t[1])) for t in ((1, 1), (4, 1), (2, 2)))
+    weights = [e.memory[0]["kinds"]["weights"] for e in (one, four, grid)]
+    assert weights[1] < weights[0] / 2 and weights[2] < weights[1]
+    assert four.peak_bytes_per_ipu < one.peak_bytes_per_ipu
+    assert any("shard 0" in a for a in four.assumptions)
+    assert not any("shard 0" in a for a in one.assumptions)
+    with pytest.raises(PlanError, match="t1 = 8 does not divide"):
+        plan.estimate(spec, pod, plan.make_mapping(tensor_parallel=(8, 1), replicas=2,
+                                                   micro_batch_size=4, strict=False), 8)
+    with pytest.raises(PlanError, match="convolutions and pooling"):
+        plan.spec_from_model(nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(),
+                                           nn.LayerNorm(128), nn.Linear(128, 10)), (1, 8, 8))

@@ -155,21 +155,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plan_main(args) -> int:
-    """`ipulab plan` (ipulab.plan.command) with what only the top floor has: the course CNN
-    (built with nn) as --model cnn, and the report's figures (viz)."""
+    """`ipulab plan` (ipulab.plan.command) with what only the top floor has: the report's
+    figures (viz). The course's nn models (cnn, gpt) are plan's own."""
     if args.report and (problem := report_problem(args.report)):
         print(f"ipulab plan: {problem}", file=sys.stderr)
         return 2
-    def cnn():
-        from ipulab import nn, plan
-        return plan.spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
 
     def report(doc, path):
         from ipulab import viz
         from ipulab.viz.planner import planner_report
         viz.save_html(planner_report(doc), path, f"ipulab plan: {doc['model']}")
 
-    return plan_command.run(args, {"cnn": cnn}, report)
+    return plan_command.run(args, None, report)
 
 
 def cache_command(action: str) -> int:

@@ -23,10 +23,23 @@ from .mapping import parse_mapping
 from .optim import OPTIMIZERS
 from .runs import describe_run
 from .search import search
-from .spec import load_model
-from .transformer import PRESETS
+from .spec import load_model, spec_from_model
+from .presets import PRESETS
 
-MODELS = tuple(PRESETS) + ("cnn",)
+# the course's models nn builds (read by spec_from_model on first use: `ipulab` starts
+# without nn); the cli's own, if it hands some in, take their place
+def _cnn():
+    from .. import nn
+    return spec_from_model(nn.default_cnn(), (1, 8, 8), "cnn", global_batch=256)
+
+
+def _gpt():
+    from .. import nn
+    return spec_from_model(nn.small_gpt(), (32,), "gpt", global_batch=256)
+
+
+NN_MODELS = {"cnn": _cnn, "gpt": _gpt, "small-gpt": _gpt}
+MODELS = tuple(PRESETS) + tuple(NN_MODELS)
 
 
 def add_parser(subparsers):
@@ -36,8 +49,8 @@ def add_parser(subparsers):
         description="Estimate a mapping of a model onto an IPU system, or (without --mapping) "
         "search every mapping: t·p·r = the system's IPUs, powers of two. Feasible mappings "
         "first, fastest first; the others with the reason they do not fit. A model the "
-        "simulator runs (cnn) is priced by its cycle model, checked against it; a transformer "
-        "at full scale, its assumptions named.")
+        "simulator runs (cnn, gpt) is priced by its cycle model, checked against it; a "
+        "transformer preset at full scale, its assumptions named.")
     p.add_argument("--model", required=True, metavar="MODEL",
                    help=f"{', '.join(MODELS)}, or a JSON file of transformer dimensions")
     p.add_argument("--system", default="pod16", metavar="SYSTEM",
@@ -47,9 +60,9 @@ def add_parser(subparsers):
                    help="samples per optimizer step: micro_batch_size × r × micro_batches "
                    "(default: the model's published one)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="sgd (with momentum for a transformer: one fp32 state a weight; "
-                   "for the cnn nn.Trainer's default, without), adam, adamw (two fp32 "
-                   "moments) or lamb (default: lamb for a transformer, sgd for the cnn)")
+                   help="sgd (with momentum for a transformer preset: one fp32 state a "
+                   "weight; for cnn and gpt nn.Trainer's default, without), adam, adamw (two "
+                   "fp32 moments) or lamb (default: lamb for a preset, sgd for cnn and gpt)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp16")
     p.add_argument("--mapping", default=None, metavar="K=V,...",
                    help="e.g. 'p=4,layers=3/7/7/7,r=4,state=off-chip' or "
@@ -64,7 +77,7 @@ def add_parser(subparsers):
 
 def plan(args, models: dict | None = None) -> tuple[dict, list]:
     """The JSON document of a `plan` run and its estimates (PlanError on bad input)."""
-    spec = load_model(args.model, models)
+    spec = load_model(args.model, {**NN_MODELS, **(models or {})})
     system = system_of(args.system)
     optimizer = args.optimizer or ("lamb" if spec.kind == "transformer" else "sgd")
     options = dict(optimizer=optimizer, precision=args.precision)
@@ -80,7 +93,7 @@ def plan(args, models: dict | None = None) -> tuple[dict, list]:
     doc = {"model": spec.name, "system": system.name, "parameters": spec.parameters,
            "optimizer": optimizer, "precision": args.precision,
            "sram_bytes_per_ipu": found[0].sram_bytes,
-           "assumptions": list(next((e.assumptions for e in found if e.assumptions), ())),
+           "assumptions": list(dict.fromkeys(a for e in found for a in e.assumptions)),
            "mappings": [e.to_dict() for e in found]}
     return doc, found
 

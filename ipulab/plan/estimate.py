@@ -22,11 +22,12 @@ from ..errors import GraphError, PlanError
 from ..target import Target
 from .fullscale import ASSUMPTIONS, full_scale
 from .mapping import Mapping
-from .optim import optimizer_cost
 
 MB = 2**20
 CHECKED = ("the cycle model, checked against the simulator (bytes of the fullest IPU and "
            "cycles within 15 %: benchmarks/plan_crosscheck.py)")
+SHARD_ZERO = ("tensor sharding: the bytes of a stage's first IPU (shard 0, which holds the "
+              "weights the shards share); another shard may hold a few % more")
 
 
 @dataclass(frozen=True)
@@ -123,10 +124,8 @@ def _small_scale(spec, target, m) -> tuple[list, dict, tuple]:
     memory = [{"kinds": kinds, "total": sum(kinds.values()), "streaming": streamed}
               for kinds, streamed in zip(found["stages"], found["streaming"])]
     times = {k: v / target.clock_hz for k, v in found["cycle_parts"].items()}
-    notes = (CHECKED,) + (() if optimizer_cost(m.optimizer, m.momentum).simulated else (
-        f"the {m.optimizer} update's maps follow its arithmetic, not yet checked against the "
-        "simulator",))
-    return memory, times, notes
+    sharded = m.t > 1 and bool(spec.dims.get("placed"))
+    return memory, times, (CHECKED,) + (SHARD_ZERO,) * sharded
 
 
 def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) -> Estimate:
@@ -135,10 +134,17 @@ def estimate(spec, system, mapping: Mapping, global_batch: int | None = None) ->
     powers of two, micro-batches ≥ 2p − 1, phases)."""
     target = target_of(system)
     m = mapping.resolve(spec, target.num_ipus, global_batch)
+    for block in spec.blocks if spec.simulated else ():      # nn/megatron.py splits heads
+        heads = getattr(block, "heads", 0)
+        if heads and heads % m.tensor_parallel[0]:
+            raise PlanError(f"mapping: t1 = {m.tensor_parallel[0]} does not divide the {heads} "
+                            f"attention heads of {block.name} (each shard takes whole heads)")
     if spec.simulated:
         memory, times, notes = _small_scale(spec, target, m)
     else:
-        (memory, times), notes = full_scale(spec, target, m), ASSUMPTIONS
+        from .fullscale import TENSOR_ASSUMPTION
+        (memory, times), notes = full_scale(spec, target, m), \
+            ASSUMPTIONS + (TENSOR_ASSUMPTION,) * (m.t > 1)
     peak_stage = max(range(m.pipeline), key=lambda s: memory[s]["total"])
     peak = memory[peak_stage]["total"]
     stream = max(x["streaming"] for x in memory)

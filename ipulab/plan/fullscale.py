@@ -1,8 +1,10 @@
 """The full scale: a stage of a model too big to simulate, from its layers' counts (Calculon).
 
-Memory per IPU of stage s, shard j of t, with P = the stage's parameters / t, L = its largest
-weight tensor / t, d = r under RTS else 1, b = micro_batch_size, bytes per element w (2 in
-fp16, 4 in fp32) and z for the optimizer state (optim.py: its fp32 elements per weight × 4):
+Memory per IPU of stage s, shard j of t, with P = the stage's parameters on one IPU (a block's
+shard_params: Megatron's column and row shards, their biases and norms replicated over t1,
+and 2-D's over t2), L = its largest weight tensor / t, d = r under RTS else 1, b =
+micro_batch_size, bytes per element w (2 in fp16, 4 in fp32) and z for the optimizer state
+(optim.py: its fp32 elements per weight × 4):
 
   weights      not phased: P·w/d (+ L·w, the tensor RTS gathers just before use)
                phased:     2·Φ·w/d + L·w·[rts]   (this phase's and the prefetched next phase's)
@@ -22,8 +24,10 @@ Graphcore trains BERT. The in-flight depth p − s is 1F1B's (Narayanan et al. 2
 
 Time per step by part: compute (each stage's FLOPs per micro-batch, × 3 forward and backward,
 × 4 with recompute, / t at the chip's peak × EFFICIENCY, for the micro-batches of a step on the
-slowest stage), bubble ((p − 1) more slots of the slowest stage), tensor (the shards' ring
-all-reduces of 2·s·h per block and pass; 2-D shards reduce over t1 and t2 separately), pipeline
+slowest stage), bubble ((p − 1) more slots of the slowest stage), tensor (each block's
+all-reduces among its shards, a ring over t1 and one over t2: Megatron's 2·s·h/t2 a pass
+over t1, 2-D's partial sums of the hidden dimension over t2, transformer.EncoderLayer
+.collectives), pipeline
 (activations and their gradients to the next stage), replicas (the gradients' all-reduce over
 IPU-Links inside a rack, the GW-Links' share across racks; phased RTS reduce-scatters every
 micro-batch), update (the bytes the optimizer touches at the tiles' SRAM bandwidth ×
@@ -54,6 +58,12 @@ ASSUMPTIONS = (
     "compute at 25 % of peak FLOPs, the update at 25 % of SRAM bandwidth, assumed",
     "fp16 weights without an fp32 master copy (stochastic rounding, as Graphcore trains "
     "BERT); activations as Korthikanti et al. 2022")
+# a mapping with t > 1 rests on this too: nn does not shard transformer layers yet, so the
+# simulator cannot check it at small scale
+TENSOR_ASSUMPTION = ("tensor sharding as Megatron (1-D) and Graphcore's PopXL GPT-3 (2-D) "
+                     "shard a layer: its parameters and all-reduces counted per layer "
+                     "(the simulator's own sharding is checked at the small scale, t ≤ 4 and "
+                     "2x2; not these counts at this size)")
 
 
 def stage_blocks(spec, stages, s: int) -> list:
@@ -90,7 +100,7 @@ def stage_memory(spec, target, m, s: int) -> dict:
     t, d = m.t, (m.replicas if m.rts else 1)
     opt = optimizer_cost(m.optimizer, m.momentum)
     w = BYTES[m.precision]
-    P = sum(b.params for b in blocks) // t
+    P = sum(b.shard_params(*m.tensor_parallel) for b in blocks)
     L = max(b.largest for b in blocks) // t
     rts_copy = L * w if m.rts else 0
     if m.phased:
@@ -146,14 +156,19 @@ def replica_ring(system, m) -> tuple[float, float]:
 
 
 def _tensor_seconds(system, m, blocks) -> float:
-    """Seconds per micro-batch of the tensor-sharding all-reduces of one stage."""
+    """Seconds per micro-batch of the tensor-sharding all-reduces of one stage: each block's
+    collectives over t1 and over t2 (forward twice with recompute), a ring each."""
     if m.t == 1:
         return 0.0
-    passes = 3 if m.recompute else 2
-    nbytes = sum(b.reduce for b in blocks) * m.micro_batch_size * BYTES[m.precision] * passes
-    bw, lat = link_bandwidth(system), arch.COST.ipu_link_latency_s
     t1, t2 = m.tensor_parallel
-    return _ring(t1, nbytes / t2, bw, lat) + _ring(t2, nbytes / t1, bw, lat)
+    forwards = 2 if m.recompute else 1
+    per = m.micro_batch_size * BYTES[m.precision]
+    bw, lat = link_bandwidth(system), arch.COST.ipu_link_latency_s
+    total = 0.0
+    for b in blocks:
+        for n, (fwd, bwd) in zip((t1, t2), b.collectives(t1, t2)):
+            total += _ring(n, (forwards * fwd + bwd) * per, bw, lat)
+    return total
 
 
 def _replica_seconds(system, m, nbytes: float) -> float:
@@ -190,8 +205,9 @@ def step_times(spec, target, m, memory: list) -> dict:
     cut = sum(b.keep for b in spec.blocks[:1]) * m.micro_batch_size * a / m.t
     hop = 2 * (cut / link_bandwidth(system) + arch.COST.ipu_link_latency_s) \
         if m.pipeline > 1 else 0.0
-    params = max(sum(b.params for b in stage_blocks(spec, m.layers_per_stage, s))
-                 for s in range(m.pipeline)) / m.t
+    params = max(sum(b.shard_params(*m.tensor_parallel)
+                     for b in stage_blocks(spec, m.layers_per_stage, s))
+                 for s in range(m.pipeline))
     stream_rate = system.streaming_bytes_per_second / system.ipus_per_machine
     streaming = max(mem["streaming"] for mem in memory) * 2 / stream_rate
     parts = {"compute": M * compute, "bubble": (m.pipeline - 1) * (compute + tensor),

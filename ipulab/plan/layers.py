@@ -11,24 +11,41 @@ datatype comes later), per sample:
 
 and the layers the simulator runs (Layer and its kinds) also say what nn builds for them, op by
 op, into a tiles.Ipu (the small scale): forward(ipu, run, x) and backward(ipu, run, dy) take
-and give where the tensor flowing through lies (a tiles.Layout). `run` is the pass (step.Pass):
-the micro-batch's samples and index, training or evaluation, and what the mapping asks.
+and give where the tensor flowing through lies (a tiles.Layout; a placed.Placed for the layers
+of tokens.py and transformer.py), and weights_of names their weights for the update
+(update.py). `run` is the pass (step.Pass): the micro-batch's samples and index, training or
+evaluation, and what the mapping asks.
 
-Block is a block given by its counts alone (a transformer layer at full scale, or a stack of
-them for an exercise); CrossEntropyLoss is the loss the Trainer adds after the last layer;
-layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by nn's layer
-classes (a new layer kind is a new cost class and a line there).
+Here: Block (a block given by its counts alone: a transformer layer at full scale, or a stack
+of them for an exercise), the CNN's kinds (Conv2d, Linear, ReLU, Dropout, Flatten; pooling in
+pooling.py); layers_of(model, sample_shape) reads an nn.Sequential through kinds(), keyed by
+nn's layer classes (a new layer kind is a new cost class and a line there).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 from dataclasses import dataclass
 from math import ceil
 from typing import ClassVar
 
 from ..errors import PlanError
+
+
+class later:  # noqa: N801 - used like a module
+    """A module imported on first use: the full scale never needs the libraries (numba), and
+    `ipulab` starts without them. later("..popops.expr").cast(...) imports, then calls."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name, __package__), attr)
+
+
+types = later("..poplar.types")
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,16 @@ class Block:
     reduce: int = 0
     simulated: ClassVar[bool] = False     # whether it has a cycle model (runs on the simulator)
 
+    def shard_params(self, t1: int, t2: int = 1) -> int:
+        """Its parameters on each IPU of t1 × t2 sharing it (an even share)."""
+        return self.params // (t1 * t2)
+
+    def collectives(self, t1: int, t2: int = 1) -> tuple:
+        """Elements a sample it all-reduces among its shards per pass, ((forward, backward)
+        over t1, (forward, backward) over t2): its `reduce` split evenly."""
+        half = self.reduce / 2
+        return (half / t2,) * 2, ((half / t1,) * 2 if t2 > 1 else (0.0, 0.0))
+
 
 @dataclass(frozen=True)
 class Layer(Block):
@@ -61,6 +88,18 @@ class Layer(Block):
 
     def key(self, what: str) -> str:
         return f"{self.index}.{type(self).__name__}/{what}"
+
+    def weights_of(self, t: int = 1) -> list:
+        """(name, shape) of its weights in state_dict order, as this IPU holds them (its rows
+        under tensor sharding t): what the update reads (update.py)."""
+        return []
+
+    def master(self, ipu, name: str, shape: tuple):
+        """A weight's FLOAT master, mapped linearly where its layer lives (a placed tensor,
+        made once a step)."""
+        mc = ipu.mc
+        return mc.once(("weight", self.index, name),
+                       lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
 
     def forward(self, ipu, run, x):
         """The ops of its forward on one micro-batch; where its output lies."""
@@ -135,78 +174,6 @@ class Dropout(Map):
 
 
 @dataclass(frozen=True)
-class Pool(Layer):
-    """Pooling (popnn.pooling): rows pooled where their input rows are, a vertex per worker's
-    rows and tile, both ways."""
-
-    geometry: tuple = ()        # (c, h, w, ho, wo, kh, kw, sh, sw, ph, pw)
-    op: ClassVar[str] = ""
-
-    def codelet(self, backward: bool):
-        """popnn's codelet of its forward or backward vertices."""
-        raise NotImplementedError
-
-    def window(self) -> list:
-        """Its geometry as the codelets read it (a constant on every tile it runs on)."""
-        from ..popnn.pooling import Window
-        c, h, w, ho, wo, kh, kw, sh, sw, ph, pw = self.geometry
-        return Window(1, c, h, w, kh, kw, sh, sw, ph, pw).geometry(self.op)
-
-    def run_ints(self, backward: bool) -> int:
-        """INTs of a vertex's runs constant: the first rows of its regions."""
-        return 2
-
-    def vertex_cycles(self, backward: bool, rows: int) -> int:
-        """The codelet's estimate (of its fields' sizes) for a vertex of `rows` rows (pooled
-        rows forward, input rows backward)."""
-        c, h, w, ho, wo = self.geometry[:5]
-        geo, runs = len(self.window()), self.run_ints(backward)
-        if backward:
-            pooled = ceil(rows * ho / h)
-            return self.codelet(True).cycle_estimate(geo, runs, grad=(pooled * wo,),
-                                                     out=(rows * w,))
-        return self.codelet(False).cycle_estimate(geo, runs, out=(rows * wo,))
-
-    def forward(self, ipu, run, x):
-        c, h, w, ho, wo = self.geometry[:5]
-        out = x.holding(x.elements * ho * wo // (h * w))
-        ipu.pool(self.key(f"{self.op}_pool"), out, out.elements // wo, False, self)
-        ipu.hold(("act", run.micro_batch, self.index), out.elements * ipu.mc.E)
-        return out
-
-    def backward(self, ipu, run, dy):
-        w = self.geometry[2]
-        dx = run.inputs[self.index]       # rows laid out like the forward's input
-        ipu.pool(self.key(f"{self.op}_pool_grad"), dx, dx.elements // w, True, self,
-                 self.summed(ipu, dy))
-        return self.replaced(ipu, run, dx)
-
-
-class MaxPool2d(Pool):
-    """nn.MaxPool2d: its gradient to each window's first maximum (the input and the pooled
-    output read again; a third INT a run)."""
-
-    op = "max"
-
-    def codelet(self, backward: bool):
-        from ..popnn import poolcodelets as pc
-        return pc.MaxPoolGrad if backward else pc.MaxPool
-
-    def run_ints(self, backward: bool) -> int:
-        return 3 if backward else 2
-
-
-class AvgPool2d(Pool):
-    """nn.AvgPool2d: its gradient spread over each window."""
-
-    op = "avg"
-
-    def codelet(self, backward: bool):
-        from ..popnn import poolcodelets as pc
-        return pc.AvgPoolGrad if backward else pc.AvgPool
-
-
-@dataclass(frozen=True)
 class Product(Layer):
     """A Conv2d or Linear: one product each way and one for the input gradient, the bias
     folded in (a row of ones), a ReLU right after it folded into its map; under tensor
@@ -249,9 +216,10 @@ class Product(Layer):
         ipu.free(("grad", mb, i))
         ipu.transient(ipu.partials(*self.weight_product(run)))
         ipu.product(self.key("weight_grad"), *self.weight_product(run), window=self.window)
-        ipu.hold(("wgrad", mb, i), self.gradient(mc, run).elements * mc.E, "gradients")
+        ipu.hold(("wgrad", i, mb), self.gradient(mc, run).elements * mc.E, "gradients")
+        self.gradients_made(mc, run)
         if run.pipelined:                 # added into the step's accumulators, one a tensor,
-            ipu.free(("wgrad", mb, i))    # mapped over the stage's t IPUs (not by shard)
+            ipu.free(("wgrad", i, mb))    # mapped over the stage's t IPUs (not by shard)
             for n in self.tensors:
                 ipu.map(self.key("accumulate"), mc.staged(n), 4, remote=mc.E,
                         codelet="accumulate", crossing=n * mc.E)
@@ -290,11 +258,38 @@ class Product(Layer):
         oc, fan, _ = self.dims(run)
         return mc.placed(mc.plan(*self.weight_product(run)).tiles_used, oc * fan)
 
+    def weights_of(self, t: int = 1) -> list:
+        """Its weight and bias on this IPU (1/t of its output channels)."""
+        shape = self.weight_shape(t)
+        return [("weight", shape)] + [("bias", shape[:1])] * self.has_bias
+
+    def gradients_made(self, mc, run) -> None:
+        """Where its weight gradients are (the update reads them: update.py): the weight-
+        gradient product's result [out, fan] (its last column the bias's), or, in a pipeline,
+        the accumulators, mapped linearly."""
+        if mc.has(("grad", self.index, "weight")):
+            return
+        shapes = dict(self.weights_of(run.t))
+        if run.pipelined:
+            for name, shape in shapes.items():
+                mc.once(("grad", self.index, name),
+                        lambda shape=shape: mc.addr.linear(shape, mc.dtype, mc.graph.num_tiles))
+            return
+        dw = mc.addr.product(mc.plan(*self.weight_product(run)), mc.dtype, False)
+        fan = dw.shape[1] - self.has_bias
+        mc.once(("grad", self.index, "weight"), lambda: dw[:, :fan].reshape(shapes["weight"]))
+        if self.has_bias:
+            mc.once(("grad", self.index, "bias"), lambda: dw[:, fan])
+
     def constants(self, ipu, run) -> None:
         """The forward's constants (the row of ones the bias multiplies, padding)."""
 
     def flipped(self, ipu) -> int:
         return 0
+
+    def with_relu(self) -> "Product":
+        """This layer with a ReLU folded into it (the layer after it)."""
+        return dataclasses.replace(self, relu=True)
 
 
 @dataclass(frozen=True)
@@ -306,6 +301,14 @@ class Linear(Product):
     def dims(self, run):
         fin, o, bias = self.features
         return ceil(o / run.t), fin + bias, run.n
+
+    @property
+    def has_bias(self) -> int:
+        return self.features[2]
+
+    def weight_shape(self, t: int) -> tuple:
+        fin, o, _ = self.features
+        return ceil(o / t), fin
 
     def forward_product(self, run):
         oc, fan, n = self.dims(run)
@@ -339,6 +342,14 @@ class Conv2d(Product):
         c, h, w, o, ho, wo, kh, kw, ph, pw, bias = self.geometry
         return ceil(o / run.t), c * kh * kw + bias, run.n * ho * wo
 
+    @property
+    def has_bias(self) -> int:
+        return self.geometry[10]
+
+    def weight_shape(self, t: int) -> tuple:
+        c, h, w, o, ho, wo, kh, kw = self.geometry[:8]
+        return ceil(o / t), c, kh, kw
+
     def forward_product(self, run):
         return self.dims(run)
 
@@ -371,30 +382,6 @@ class Conv2d(Product):
         return self.params // ipu.mc.t * ipu.mc.E
 
 
-@dataclass(frozen=True)
-class CrossEntropyLoss(Block):
-    """The loss the Trainer puts after the last layer (popnn.calc_loss): softmax
-    cross-entropy of `classes` logits a sample, its gradient, the sums of the loss and of the
-    correct answers, their mean."""
-
-    classes: int = 0
-    simulated: ClassVar[bool] = True
-
-    @classmethod
-    def of(cls, classes: int) -> "CrossEntropyLoss":
-        return cls("loss", 0, 0, 0.0, classes, 2 * classes, 0, classes)
-
-    def forward(self, ipu, run, logits, key=None):
-        """Its ops on a micro-batch's logits (laid out as the last layer left them); the
-        gradient of the logits is held as key (in training)."""
-        ipu.softmax_cross_entropy("eval/loss" if key is None else "loss", run.n, self.classes,
-                                  logits)
-        if key is None:
-            ipu.arg_max(run.n)
-        else:
-            ipu.hold(key, logits.elements * ipu.mc.E)
-
-
 def _conv(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Conv2d:
     c, h, w = shape
     o, ho, wo = out
@@ -416,31 +403,38 @@ def linear_cost(name: str, fin: int, fout: int, tokens: int = 1, bias: bool = Tr
                   (fout * fin,) + (fout,) * bias, work, features=(fin, fout, int(bias)))
 
 
-def _linear(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Linear:
+def _linear(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
+    if placed:
+        from .tokens import TokenLinear
+        return TokenLinear.of(layer.in_features, layer.out_features, math.prod(shape[:-1]),
+                              bool(layer.bias), False, i, work, f"{i}.Linear")
     return linear_cost(f"{i}.Linear", layer.in_features, layer.out_features,
                        math.prod(shape[:-1]), bool(layer.bias), True, i, work)
 
 
-def _pool(cls, layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Pool:
-    (kh, kw_), (sh, sw), (ph, pw) = layer.kernel_size, layer.stride, layer.padding
-    n_in, n_out = math.prod(shape), math.prod(out)
-    return cls(f"{i}.{cls.__name__}", 0, 0, float(n_out * kh * kw_), n_in, n_in + n_out, 0, i,
-               (), work, geometry=(shape[0], shape[1], shape[2], out[1], out[2], kh, kw_, sh, sw,
-                                   ph, pw))
-
-
-def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False):
+def _relu(layer, i: int, shape: tuple, out: tuple, work: int, folded: bool = False,
+          placed: bool = False):
     n = math.prod(shape)
+    if placed and not folded:
+        from .tokens import TokenReLU
+        return TokenReLU(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
     cls = FoldedReLU if folded else ReLU
     return cls(f"{i}.ReLU", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
-def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> Dropout:
+def _dropout(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
     n = math.prod(shape)
+    if placed:
+        from .tokens import TokenDropout
+        return TokenDropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work,
+                            p=layer.p)
     return Dropout(f"{i}.Dropout", 0, 0, float(n), n, 2 * n, 0, i, (), work)
 
 
-def _view(layer, i: int, shape: tuple, out: tuple, work: int, **kw) -> View:
+def _view(layer, i: int, shape: tuple, out: tuple, work: int, placed: bool = False, **kw):
+    if placed:
+        from .tokens import TokenView
+        return TokenView(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
     return View(f"{i}.{type(layer).__name__}", 0, 0, 0.0, 0, 0, 0, i, (), work)
 
 
@@ -448,15 +442,31 @@ def kinds() -> dict:
     """nn's layer classes -> the function making their cost (imported on first use: nn
     builds graphs, which the full scale never needs)."""
     from .. import nn
+    from .pooling import AvgPool2d, MaxPool2d, pool_of
+    from .tokens import embedding_of, gelu_of, layer_norm_of, positional_embedding_of
+    from .transformer import attention_of, encoder_layer_of
     return {nn.Conv2d: _conv, nn.Linear: _linear,
-            nn.MaxPool2d: functools.partial(_pool, MaxPool2d),
-            nn.AvgPool2d: functools.partial(_pool, AvgPool2d),
-            nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view}
+            nn.MaxPool2d: functools.partial(pool_of, MaxPool2d),
+            nn.AvgPool2d: functools.partial(pool_of, AvgPool2d),
+            nn.ReLU: _relu, nn.Dropout: _dropout, nn.Flatten: _view,
+            nn.Embedding: embedding_of,
+            nn.PositionalEmbedding: positional_embedding_of,
+            nn.LayerNorm: layer_norm_of,
+            nn.GELU: gelu_of,
+            nn.MultiheadAttention: attention_of,
+            nn.TransformerEncoderLayer: encoder_layer_of}
+
+
+PLACED = ("Embedding", "PositionalEmbedding", "LayerNorm", "GELU", "MultiheadAttention",
+          "TransformerEncoderLayer")
 
 
 def layers_of(model, sample_shape) -> list[Layer]:
     """The cost of every layer of an nn.Sequential for samples of sample_shape: its kind's
-    class (by nn's layer class), a ReLU folded into the product before it as nn folds it."""
+    class (by nn's layer class), a ReLU folded into the product before it as nn folds it. A
+    model of tokens or of transformer layers is priced element by element (its Linear,
+    ReLU, Dropout and Flatten too: transformer.py); convolutions and pooling are not among
+    them."""
     from ..errors import GraphError
     from ..nn.pipeline import layer_work
     makers = kinds()
@@ -465,6 +475,7 @@ def layers_of(model, sample_shape) -> list[Layer]:
     except GraphError as e:
         raise PlanError(f"spec_from_model: samples of shape {tuple(sample_shape)}: {e}") \
             from None
+    placed = any(type(layer).__name__ in PLACED for layer in model)
     work = layer_work(model, sample_shape)
     out, prev = [], None
     for i, layer in enumerate(model):
@@ -473,10 +484,14 @@ def layers_of(model, sample_shape) -> list[Layer]:
             raise PlanError(f"the planner has no cost class for layer {i} "
                             f"({type(layer).__name__}); it knows "
                             f"{', '.join(c.__name__ for c in makers)}")
+        if placed and (make is _conv or isinstance(make, functools.partial)):
+            raise PlanError(f"layer {i} ({type(layer).__name__}): the planner prices "
+                            "convolutions and pooling only in models without transformer "
+                            "layers")
         folded = make is _relu and prev is not None and prev.fuses_relu
-        cost = make(layer, i, shapes[i], shapes[i + 1], work[i], folded=folded)
+        cost = make(layer, i, shapes[i], shapes[i + 1], work[i], folded=folded, placed=placed)
         if folded:
-            out[-1] = dataclasses.replace(out[-1], relu=True)
+            out[-1] = out[-1].with_relu()
         out.append(cost)
         prev = layer
     return out

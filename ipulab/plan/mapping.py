@@ -39,8 +39,8 @@ class Mapping:
     them), r (replicas), rts (weights and optimizer state sharded over the replicas), phases
     (1: not phased; EVERY_LAYER: one per layer with weights) and their layers, where the
     optimizer state lives, micro_batch_size and micro_batches (None: from the model's defaults
-    and the global batch), precision, optimizer (momentum: whether SGD keeps a velocity),
-    recompute. strict: the planner's own rule that t, p and r are powers of two filling the
+    and the global batch), precision, optimizer (momentum: whether SGD keeps a velocity;
+    weight_decay: whether it decays the weights, None its default), recompute. strict: the planner's own rule that t, p and r are powers of two filling the
     system; a simulated run's mapping (mapping_from_config) may leave IPUs idle."""
 
     tensor_parallel: tuple = (1, 1)
@@ -59,6 +59,7 @@ class Mapping:
     momentum: bool = True
     stage_starts: tuple | None = None
     strict: bool = True
+    weight_decay: bool | None = None          # None: the optimizer's default (AdamW's on)
 
     @property
     def t(self) -> int:
@@ -138,10 +139,13 @@ def _check_model(m: Mapping, spec) -> None:
     if m.pipeline > spec.num_layers:
         raise PlanError(f"mapping: p = {m.pipeline} stages for {spec.num_layers} layers (each "
                         "stage needs a layer)")
-    heads = spec.dims.get("heads")
+    heads, hidden = spec.dims.get("heads"), spec.dims.get("hidden")
     if heads and heads % m.tensor_parallel[0]:
         raise PlanError(f"mapping: t1 = {m.tensor_parallel[0]} does not divide the "
                         f"{heads} attention heads (each shard takes whole heads)")
+    if hidden and hidden % m.tensor_parallel[1]:
+        raise PlanError(f"mapping: t2 = {m.tensor_parallel[1]} does not divide the hidden "
+                        f"size {hidden} (each shard of t2 takes a slice of it)")
     if m.rts and m.replicas < 2:
         raise PlanError("mapping: rts shards over replicas: it needs r ≥ 2")
     if m.phased and m.pipeline > 1 and m.phases % m.pipeline:

@@ -16,8 +16,9 @@ from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 from ..errors import PlanError
-from .layers import Block, CrossEntropyLoss, layers_of
-from .transformer import PRESETS, transformer
+from .layers import Block, layers_of
+from .loss import CrossEntropyLoss, TokenLoss
+from .presets import PRESETS, transformer
 
 
 @dataclass(frozen=True)
@@ -179,8 +180,13 @@ def spec_from_model(model, sample_shape, name: str = "model", micro_batch_size: 
     if not len(model):
         raise PlanError("spec_from_model: the model has no layers")
     blocks = tuple(layers_of(model, shape))
-    classes = model.output_shape(shape)
-    return ModelSpec(name, blocks, None, "layers", {"sample_shape": shape}, micro_batch_size,
-                     global_batch or micro_batch_size, "an ipulab.nn model",
-                     CrossEntropyLoss.of(classes[-1]))
+    shapes = [tuple(x) for x in model.shapes(shape)]
+    classes = shapes[-1]
+    placed = any(getattr(b, "placed", False) for b in blocks)
+    loss = TokenLoss.of(classes[-1], classes[0] if len(classes) == 2 else 1) if placed else \
+        CrossEntropyLoss.of(classes[-1])
+    return ModelSpec(name, blocks, None, "layers",
+                     {"sample_shape": shape, "shapes": shapes, "tokens": model.takes_tokens,
+                      "placed": placed}, micro_batch_size, global_batch or micro_batch_size,
+                     "an ipulab.nn model", loss)
 

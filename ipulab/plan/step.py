@@ -28,12 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import zip_longest
+import math
 from math import ceil
 
+
 from .optim import optimizer_cost
+from .update import update_placed
+from ..poplar import INT
 from .tiles import ENTRY_CYCLES, FLOAT, Ipu, Layout, Machine, joined
 
 LABEL_BYTES = 4             # labels stream in as INT
+COPY = "/copy"              # a copy between a stage's shards (shards.py): poplar.parallel
+# merges the stages' compute sets into shared supersteps, not their copies
 
 
 @dataclass
@@ -49,7 +55,11 @@ class Pass:
     rts: bool
     pipelined: bool
     first_weighted: int
+    batch: int = 0
+    recompute: bool = False
+    grid: tuple = (1, 1)          # t1 x t2 (a transformer's shards, nn/megatron.py)
     inputs: dict = field(default_factory=dict)
+    saved: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -73,10 +83,13 @@ class StepWalk:
         self.spec, self.target, self.m, self.batch = spec, target, mapping, batch
         self.mc = Machine(target, mapping)
         self.layers = list(spec.blocks)
-        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum)
+        self.opt = optimizer_cost(mapping.optimizer, mapping.momentum,
+                                  mapping.precision == "fp16", mapping.weight_decay)
         self.first_weighted = next((b.index for b in self.layers if b.params), len(self.layers))
         self.dropout = any(getattr(b, "train_only", False) for b in self.layers)   # a forward
         # of its own for the evaluation (nn builds one when a layer acts only in training)
+        self.placed = bool(spec.dims.get("placed"))    # priced element by element
+        self.ring_cycles: dict = {}    # stage -> cycles of the replicas' ring (update.py)
 
     # --- the shape of the step -------------------------------------------------------------
     def stages(self) -> list[range]:
@@ -108,16 +121,28 @@ class StepWalk:
         return out
 
     def weights(self, blocks) -> Layout:
-        """This IPU's weights of `blocks`: each tensor mapped linearly on its own (1/t of its
-        rows under tensor sharding), all of them from the first tile on."""
-        return joined(self.mc.linear(ceil(n / self.m.t), FLOAT) for i in blocks
-                      for n in self.layers[i].tensors)
+        """This IPU's weights of `blocks`: each tensor mapped linearly on its own, all of them
+        from the first tile on."""
+        return joined(self.mc.linear(n, FLOAT) for i in blocks for n in self.tensors(i))
 
-    def gradients(self, blocks) -> Layout:
-        """This IPU's weight gradients of `blocks`, where their products left them."""
-        run = self.run(0, True)
-        return joined(self.layers[i].gradient(self.mc, run) for i in blocks
-                      if self.layers[i].params)
+    def tensors(self, i: int) -> list:
+        """Elements of layer i's weight tensors on a stage's first IPU: 1/t of each (its
+        rows) under tensor sharding; a transformer's as Megatron splits them (its shard's,
+        and those every shard reads, kept there)."""
+        if self.placed:
+            return [math.prod(shape) for _, shape in self.weights_of(i)]
+        return [ceil(n / self.m.t) for n in self.layers[i].tensors]
+
+    def weights_of(self, i: int) -> list:
+        """(name, shape) of layer i's weights on a stage's first IPU (update.py)."""
+        layer = self.layers[i]
+        return layer.weights_of(self.m.tensor_parallel if self.placed else self.m.t)
+
+    def on_ipu(self, blocks) -> float:
+        """Parameters of `blocks` on a stage's first IPU (1/t of them, or Megatron's)."""
+        if self.placed:
+            return sum(sum(self.tensors(i)) for i in blocks)
+        return sum(self.layers[i].params for i in blocks) / self.m.t
 
     def outputs(self, i: int) -> int:
         """Elements of layer i's output per sample."""
@@ -129,12 +154,12 @@ class StepWalk:
         """The walk of stage s on its IPU."""
         m, mc = self.m, self.mc
         blocks = self.stages()[s]
-        ipu, last = Ipu(mc), s == m.pipeline - 1
+        ipu, last = Ipu(mc, per_tile=self.placed), s == m.pipeline - 1
         builds = m.micro_batches if m.pipeline > 1 else 1
         per_phase = [self.weights([i for i in ph if i in blocks]).elements
                      for ph in self.phases() if set(ph) & set(blocks)]
         params = max(per_phase)
-        shard = mc.linear(ceil(sum(self.layers[i].params for i in blocks) / m.t / m.replicas),
+        shard = mc.linear(ceil(self.on_ipu(blocks) / m.replicas),
                           FLOAT, mc.replica_span).elements if m.rts else params
         on_chip = m.optimizer_state == "on-chip" and not m.phased
         always = {"weights": FLOAT * shard,
@@ -144,6 +169,7 @@ class StepWalk:
         runs = [self.run(mb, True) for mb in range(builds)]
         for run in runs:
             self.forward(ipu, s, blocks, run, cost, last)
+        self.last_logits = runs[0].saved.get("logits")
         for run in runs:
             ipu.clock = cost.backward if run.micro_batch == 0 else None
             self.backward(ipu, s, blocks, run)
@@ -152,7 +178,7 @@ class StepWalk:
         ipu.clock, ipu.live = cost.update, True
         self.update(ipu, s, blocks, per_phase, shard)
         cost.memory = ipu.memory(always)
-        weights = sum(self.layers[i].params for i in blocks) // m.t
+        weights = int(self.on_ipu(blocks))
         weights = ceil(weights / m.replicas) if m.rts else weights
         cost.streamed = FLOAT * weights * m.phased + self.opt.state_bytes(weights) * (not on_chip)
         return cost
@@ -160,7 +186,15 @@ class StepWalk:
     def run(self, mb: int, train: bool) -> Pass:
         m = self.m
         return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
-                    self.first_weighted)
+                    self.first_weighted, self.batch, m.recompute, m.tensor_parallel)
+
+    def batch_input(self):
+        """A placed model's batch: [B, ...] (token ids INT) mapped linearly on the first
+        stage."""
+        mc, shape = self.mc, self.spec.dims["sample_shape"]
+        dtype = INT if self.spec.dims.get("tokens") else mc.dtype
+        return mc.once("input", lambda: mc.addr.linear((self.batch,) + tuple(shape), dtype,
+                                                         mc.graph.num_tiles))
 
     def step_tensors(self, ipu, s: int, blocks, params: int) -> None:
         """What lives the whole step: RTS's gathered weights (of the largest phase when
@@ -176,7 +210,11 @@ class StepWalk:
         if m.pipeline > 1:
             ipu.hold("accumulators", sum(mc.staged(n).elements for i in blocks
                                          for n in self.layers[i].tensors) * mc.E, "gradients")
-        if s == 0:
+        if s == 0 and self.placed:
+            x = self.batch_input()
+            ipu.hold("input", x)
+            ipu.control(2 * x.tiles)                      # training's and evaluation's batch
+        elif s == 0:
             x = self.batch * self.layers[0].keep
             ipu.hold("input", mc.staged(x).elements * mc.E)
             ipu.control(2 * mc.staged(x).tiles)          # training's and evaluation's batch
@@ -194,8 +232,12 @@ class StepWalk:
                 x = self.layers[i].forward(ipu, run, x)
             for i in seg[:-1] if m.recompute else ():
                 ipu.free(("act", mb, i))
+            for i in seg if m.recompute else ():      # rebuilt before their backward
+                getattr(self.layers[i], "forget", lambda ipu, run: None)(ipu, run)
+        run.saved["logits"] = x
         if last:
-            self.spec.loss.forward(ipu, run, x, ("grad", mb, blocks[-1]))
+            run.saved["dlogits"] = self.spec.loss.forward(ipu, run, x,
+                                                          ("grad", mb, blocks[-1]))
         elif m.pipeline > 1:                       # to the next stage, its gradient back
             ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
 
@@ -203,6 +245,8 @@ class StepWalk:
         """Where a micro-batch's input lies: the batch on the first stage; the previous
         stage's activations (and the copies that bring them and take their gradient back)."""
         mc, lo = self.mc, blocks[0]
+        if self.placed:
+            return self.arrive_placed(ipu, lo, run)
         if lo == 0:
             return mc.staged(run.n * self.layers[0].keep)
         size = run.n * self.outputs(lo - 1)
@@ -210,10 +254,38 @@ class StepWalk:
         ipu.control(2 * mc.staged(size).tiles)
         return mc.staged(size)
 
+    def arrive_placed(self, ipu, lo: int, run: Pass):
+        """A placed model's micro-batch: its rows of the batch; on a later stage a copy of
+        the previous stage's output mapped linearly (its gradient goes back alike)."""
+        mc, n, mb = self.mc, run.n, run.micro_batch
+        if lo == 0:
+            x = self.batch_input()
+            return x[mb * n:(mb + 1) * n] if run.pipelined else x
+        shape = (n,) + tuple(self.spec.dims["shapes"][lo])
+        x = mc.addr.linear(shape, mc.dtype, mc.graph.num_tiles)
+        ipu.hold(("act", mb, lo - 1), x)
+        ipu.control(2 * x.tiles)
+        return self.to_shards(ipu, x, f"{lo}.input")
+
+    def to_shards(self, ipu, x, name: str):
+        """Under tensor sharding, a stage's input (or its output's gradient) copied to its
+        shards (nn/megatron.py: what no layer of the stage left on them; t2 > 1: each
+        shard's column block)."""
+        if self.mc.t == 1:
+            return x
+        from .shards import to_shard
+        t2 = self.m.tensor_parallel[1]
+        return to_shard(ipu, f"{name} to the shards", x[..., :x.shape[-1] // t2])
+
     def backward(self, ipu, s: int, blocks, run: Pass) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
         recomputing, then its layers' backwards (none before the first layer with weights)."""
-        mb, dy = run.micro_batch, None
+        mb, dy = run.micro_batch, run.saved.get("dlogits")
+        if self.placed and blocks[-1] < len(self.layers) - 1:    # from the next stage
+            shape = (run.n,) + tuple(self.spec.dims["shapes"][blocks[-1] + 1])
+            dy = self.mc.addr.linear(shape, self.mc.dtype, self.mc.graph.num_tiles)
+            ipu.hold(("grad", mb, blocks[-1]), dy)
+            dy = self.to_shards(ipu, dy, f"{blocks[-1]}.output_grad")
         for seg in reversed(self.segments(blocks)):
             if seg[-1] < self.first_weighted:
                 break
@@ -239,39 +311,22 @@ class StepWalk:
                 x = self.layers[i].forward(ipu, run, x)
             if last:
                 self.spec.loss.forward(ipu, run, x)
-        if last and not own:
+        if last and not own and self.placed:
+            self.spec.loss.forward(ipu, self.run(0, False), self.last_logits, None,
+                                   loss=False)
+        elif last and not own:
             ipu.arg_max(self.m.micro_batch_size)
 
     def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
-        """The step's end on this IPU, for each phase's weights: the fp16 copies, the
-        replicas' combining maps (the ring's copies are step-wide: ring()), a pipeline's
-        accumulators zeroed, the optimizer; and what is live meanwhile: the gradients copied
-        into the all-reduce's result, a chunk in flight, an off-chip state loaded for the
-        update."""
-        m, mc = self.m, self.mc
+        """The step's end on this IPU, phase by phase (update.py): the fp16 copies, a
+        pipeline's accumulators, the replicas' collectives, the optimizer. Each weight is
+        updated where it lives (the shared ones read by no other shard)."""
+        shared, self.mc.shared = self.mc.shared, {}
         for phase in self.phases():
-            mine = [i for i in phase if i in blocks]
-            weights, grads = self.weights(mine), self.gradients(mine)
-            if not weights.elements:
-                continue
-            if mc.E == 2:
-                ipu.map("weights/to_half", weights, 3, codelet="to_half")
-            if m.replicas > 1:
-                gathers = 2 if m.rts and m.phased else 1
-                ipu.map("all_reduce/combine", grads.share(1 / m.replicas), 4,
-                        codelet="combine", runs=(m.replicas - 1) * gathers)
-                ipu.control((1 + gathers) * (m.replicas - 1) * grads.tiles)
-            if m.pipeline > 1:
-                ipu.map("accumulators/zero", weights, 1, 1, codelet="zero")
-            part = mc.linear(ceil(weights.elements / m.replicas), FLOAT,
-                             mc.replica_span) if m.rts else weights
-            self.opt.update(ipu, part)
-        grads = max(self.gradients([i for i in phase if i in blocks]).elements
-                    for phase in self.phases())
-        chunks = 2 * ceil(grads / m.replicas) * mc.E // FLOAT if m.replicas > 1 else 0
-        off_chip = m.optimizer_state == "off-chip" and not m.phased
-        ipu.transient(FLOAT * chunks + self.opt.state_bytes(shard) * off_chip,
-                      "optimizer_state" if off_chip else "gradients")
+            total = sum(math.prod(shape) for i in phase for _, shape in self.weights_of(i))
+            self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
+                self, ipu, [i for i in phase if i in blocks], total)
+        self.mc.shared = shared
 
     # --- the step ---------------------------------------------------------------------------
     def cycles(self) -> tuple[dict, list]:
@@ -280,15 +335,19 @@ class StepWalk:
         micro-batches' losses and correct answers and takes the mean after the slots."""
         m, mc = self.m, self.mc
         stages = [self.stage(s) for s in range(m.pipeline)]
-        steps = lambda part: [[c for _, c in getattr(st, part)] for st in stages]
+        steps = lambda part: [[c for n, c in getattr(st, part) if not n.endswith(COPY)]
+                              for st in stages]
+        copies = lambda part: m.micro_batches * sum(c for st in stages for n, c in
+                                                    getattr(st, part) if n.endswith(COPY))
         hops = [self.hop(b) for b in self.stages()[:-1]] + [[]]
-        phases = [sum(self.layers[i].params for i in ph) // m.t for ph in self.phases()]
-        params = max(sum(self.layers[i].params for i in b) for b in self.stages()) // m.t
+        phases = [int(self.on_ipu(ph)) for ph in self.phases()]
+        params = max(int(self.on_ipu(b)) for b in self.stages())
         losses = 3 * (mc.sync + mc.W * ENTRY_CYCLES) if m.pipeline > 1 else 0
-        parts = {"host": self.host(), "forward": self.slots(steps("forward")) + losses,
-                 "backward": self.slots(steps("backward")[::-1]),
+        parts = {"host": self.host(),
+                 "forward": self.slots(steps("forward")) + copies("forward") + losses,
+                 "backward": self.slots(steps("backward")[::-1]) + copies("backward"),
                  "pipeline": 2 * self.slots(hops),
-                 "replicas": sum(self.ring(k) for k in phases),
+                 "replicas": max(self.ring_cycles.values(), default=0),
                  "update": max(sum(c for _, c in st.update) for st in stages),
                  "streaming": self.streaming(params, phases)}
         return parts, stages
@@ -299,38 +358,37 @@ class StepWalk:
         return [self.mc.far_sync + self.target.link_cycles(nbytes, 0, 1)]
 
     def host(self) -> int:
-        """The step's four FIFO copies: images, labels, loss, correct."""
-        r, mc = self.m.replicas, self.mc
+        """The step's four FIFO copies: the batch (token ids INT), labels (one a position),
+        loss, correct."""
+        r, mc, dims = self.m.replicas, self.mc, self.spec.dims
         sample = 1
-        for d in self.spec.dims["sample_shape"]:
+        for d in dims["sample_shape"]:
             sample *= d
-        sizes = (self.batch * r * sample * mc.E, self.batch * r * LABEL_BYTES, 4 * r, 4 * r)
+        size = LABEL_BYTES if dims.get("tokens") else mc.E
+        labels = getattr(self.spec.loss, "positions", 1)
+        sizes = (self.batch * r * sample * size, self.batch * r * labels * LABEL_BYTES,
+                 4 * r, 4 * r)
         return sum(mc.sync + self.target.host_cycles(b) for b in sizes)
 
-    def ring(self, elements: int) -> int:
-        """The ring over the replicas of `elements` gradients per IPU: a reduce-scatter
-        (r − 1 exchanges; the combining maps are the update's) and r − 1 exchanges of
-        all-gather; a phased RTS model gathers a phase's weights before its forward and again
-        before its backward."""
-        m, mc = self.m, self.mc
+    def hop_cycles(self, nbytes: int) -> int:
+        """A chunk of nbytes from every replica to the next over the IPU-Links (the slowest
+        pair of the ring)."""
+        m = self.m
         r, span = m.replicas, m.t * m.pipeline
-        if r == 1 or not elements:
-            return 0
-        chunk = ceil(elements / r) * mc.E
-        hop = max(self.target.link_cycles(chunk, j * span + k, (j + 1) % r * span + k)
-                  for j in range(r) for k in range(span))
-        gathers = 2 if m.rts and m.phased else 1
-        return (1 + gathers) * (r - 1) * (mc.far_sync + hop)
+        return max(self.target.link_cycles(nbytes, j * span + k, (j + 1) % r * span + k)
+                   for j in range(r) for k in range(span))
 
     def streaming(self, params: int, phases: list) -> int:
         """Remote-buffer copies (one superstep each; the machine's IPUs share its
-        bandwidth): phased, each phase's fp32 weights loaded before its forward and its
-        backward and stored after its update, and its state loaded and stored; off-chip
+        bandwidth, each streaming its part: 1/t of a stage's, a replica spread over several
+        IPUs a share each): phased, each phase's fp32 weights loaded before its forward and
+        its backward and stored after its update, and its state loaded and stored; off-chip
         state, loaded before the update and stored after it. 1/r of them under RTS."""
         m, mc = self.m, self.mc
         share = (lambda k: ceil(k / m.replicas) if m.rts else k)
         per_machine = self.target.system.ipus_per_machine
-        copy = (lambda nbytes: mc.sync + self.target.streaming_cycles(nbytes * per_machine))
+        copy = (lambda nbytes: mc.sync + self.target.streaming_cycles(
+            ceil(nbytes / mc.layer_span) * per_machine))
         if m.phased:
             return sum(3 * copy(FLOAT * share(k)) + 2 * bool(self.opt.state_elements) *
                        copy(self.opt.state_bytes(share(k))) for k in phases)

@@ -41,6 +41,8 @@ from ..popops.mapcodelet import ENTRY_CYCLES, VECTOR_WIDTH
 from ..poplar import FLOAT as FLOAT_TYPE, HALF as HALF_TYPE
 from ..poputil.tile_mapping import MIN_BYTES_PER_TILE, VECTOR_BYTES
 from ..target import Target
+from .lowering import Placing
+from .placed import Addresses, Placed
 
 FLOAT = 4
 
@@ -54,10 +56,13 @@ class Layout:
     tiles: int
     elements: int
     parts: tuple = ()
+    counts: tuple = ()          # elements on each tile, when known tile by tile (placed)
 
     @property
     def per_tile(self) -> int:
         """Elements on the fullest tile (the first)."""
+        if self.counts:
+            return max(self.counts)
         if self.parts:
             return sum(n for _, n in self.parts)
         return ceil(self.elements / max(1, self.tiles))
@@ -65,6 +70,10 @@ class Layout:
     def per_tiles(self, T: int) -> np.ndarray:
         """Elements on each of the IPU's T tiles."""
         out = np.zeros(T, np.int64)
+        if self.counts:
+            n = min(T, len(self.counts))
+            out[:n] = self.counts[:n]
+            return out
         for tiles, n in self.parts or ((self.tiles, self.per_tile),):
             out[:min(T, tiles)] += n
         return out
@@ -76,7 +85,8 @@ class Layout:
     def share(self, fraction: float) -> "Layout":
         """A part of it (a chunk of a join: the same tiles, a fraction of each)."""
         parts = tuple((t, ceil(n * fraction)) for t, n in self.parts)
-        return Layout(self.tiles, ceil(self.elements * fraction), parts)
+        counts = tuple(ceil(n * fraction) for n in self.counts)
+        return Layout(self.tiles, ceil(self.elements * fraction), parts, counts)
 
 
 def joined(layouts) -> Layout:
@@ -111,14 +121,41 @@ class Machine:
         self.far_sync = target.sync_cycles("external" if target.num_ipus > 1 else "internal")
         spread = mapping.replicas > 1 or self.layer_span > 1
         self.sync = self.far_sync if spread else target.sync_cycles("internal")
+        # a placed compute set knows when its exchange crosses IPUs (lowering.price); a
+        # shard's runs side by side with the other shards' (poplar.parallel), across IPUs
+        self.own_sync = self.far_sync if mapping.replicas > 1 or self.t > 1 else \
+            target.sync_cycles("internal")
         self._plans: dict = {}
+        # tensor sharding of a transformer (shards.py): the stage's t IPUs, and the variables
+        # of the weights every shard reads from shard 0 (lowering prices their reads)
+        self.shards_graph = Target(target.chip, self.t, target.tiles_per_ipu) \
+            if self.t > 1 else None
+        self.shared: dict = {}
+        self.addr = Addresses()          # element addresses of placed tensors (placed.py)
+        self.dtype = HALF_TYPE if self.E == 2 else FLOAT_TYPE
+        self._placed: dict = {}
 
-    def plan(self, m: int, k: int, n: int):
-        """poplin's plan of an (m, k) x (k, n) product on the graph a layer runs on."""
-        key = (m, k, n)
+    def placed_items(self):
+        """(key, tensor) of the step's placed tensors made once."""
+        return [(k, v) for k, v in self._placed.items() if isinstance(k, tuple)]
+
+    def has(self, key) -> bool:
+        return key in self._placed
+
+    def once(self, key, make) -> Placed:
+        """A placed tensor made once per step (a weight, the dropout seed, the batch): the
+        same elements for every micro-batch, recomputation and evaluation."""
+        if key not in self._placed:
+            self._placed[key] = make()
+        return self._placed[key]
+
+    def plan(self, m: int, k: int, n: int, groups: int = 1):
+        """poplin's plan of a (groups x) (m, k) x (k, n) product on the graph a layer runs
+        on."""
+        key = (m, k, n, groups)
         if key not in self._plans:
             self._plans[key] = poplin.plan_mat_mul(
-                self.graph, m, k, n, dtype="half" if self.E == 2 else "float")
+                self.graph, m, k, n, dtype="half" if self.E == 2 else "float", groups=groups)
         return self._plans[key]
 
     def linear(self, elements: int, nbytes: int | None = None, span: int | None = None):
@@ -144,12 +181,12 @@ class Machine:
         return max(1, VECTOR_BYTES // (nbytes or self.E))
 
 
-class Ipu:
+class Ipu(Placing):
     """One IPU's step: its supersteps (into `clock`, a list of (name, cycles), when one is
     set), the bytes of code, constants, vertex state and exchange buffers of what is built on
     it, and the liveness of its variables."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, per_tile: bool = False):
         self.mc, self.cost = machine, machine.cost
         self.clock: list | None = None
         self.state = self.constants = self.steps = 0
@@ -160,6 +197,14 @@ class Ipu:
         self.cur = self.peak = 0
         self.at_peak: dict = {}
         self.live = True                              # liveness counted (not the evaluation)
+        # placed tensors (placed.py) are held tile by tile: each tile's peak, as poplar's
+        # liveness gives each tile its own addresses; code per codelet and tile
+        self.cur_tiles = np.zeros(machine.T, np.float64)
+        self.peak_tiles = np.zeros(machine.T, np.float64)
+        self.per_tile = per_tile
+        self.code_tiles: dict[str, np.ndarray] = {}
+        self.shared_placed: dict = {}
+        self._capture: list | None = None
 
     # --- the three accounts --------------------------------------------------------------
     def superstep(self, name: str, cycles: int) -> None:
@@ -200,35 +245,52 @@ class Ipu:
         """An exchange buffer of nbytes on each of `tiles` tiles."""
         self.buffers[:tiles] = np.maximum(self.buffers[:tiles], int(nbytes))
 
-    def hold(self, key, nbytes: int, kind: str = "activations") -> None:
-        """A tensor is written: live until freed (a second write of a held key replaces it)."""
+    def _bytes(self, value):
+        """(total bytes, bytes per tile) of a held value: a number of bytes (spread over
+        the tiles), or a Placed tensor (its bytes on each of this IPU's tiles)."""
+        T = self.mc.T
+        if isinstance(value, Placed):
+            per = value.bytes_on(T, self.cost.alignment).astype(np.float64)
+            return int(per.sum()), per
+        return int(value), np.full(T, int(value) / T)
+
+    def hold(self, key, value, kind: str = "activations") -> None:
+        """A tensor is written: live until freed (a second write of a held key replaces it).
+        value: its bytes, or the Placed tensor."""
         if not self.live:
             return
-        old = self.held.get(key, (0, kind))[0]
-        self.held[key] = (int(nbytes), kind)
-        self.cur += int(nbytes) - old
-        self._peak(0, kind)
+        nbytes, per = self._bytes(value)
+        old = self.held.get(key)
+        self.held[key] = (nbytes, kind, per)
+        self.cur += nbytes - (old[0] if old else 0)
+        self.cur_tiles += per - (old[2] if old else 0)
+        self._peak(0, kind, None)
 
     def free(self, key) -> None:
         """A tensor's last read has passed."""
-        if self.live:
-            self.cur -= self.held.pop(key, (0, ""))[0]
+        if self.live and key in self.held:
+            nbytes, _, per = self.held.pop(key)
+            self.cur -= nbytes
+            self.cur_tiles -= per
 
     def move(self, old, new) -> None:
         """A tensor passes through (a view): it is held under a new key."""
         if self.live and old in self.held:
             self.held[new] = self.held.pop(old)
 
-    def transient(self, nbytes: int, kind: str = "activations") -> None:
+    def transient(self, value, kind: str = "activations") -> None:
         """Bytes live only while one op runs (on top of what is held)."""
         if self.live:
-            self._peak(int(nbytes), kind)
+            nbytes, per = self._bytes(value)
+            self._peak(nbytes, kind, per)
 
-    def _peak(self, extra: int, kind: str) -> None:
+    def _peak(self, extra: int, kind: str, per) -> None:
+        self.peak_tiles = np.maximum(self.peak_tiles, self.cur_tiles if per is None else
+                                     self.cur_tiles + per)
         if self.cur + extra > self.peak:
             self.peak = self.cur + extra
             self.at_peak = {}
-            for nbytes, k in self.held.values():
+            for nbytes, k, _ in self.held.values():
                 self.at_peak[k] = self.at_peak.get(k, 0) + nbytes
             self.at_peak[kind] = self.at_peak.get(kind, 0) + extra
 
@@ -416,14 +478,21 @@ class Ipu:
     # --- what it holds -----------------------------------------------------------------------
     def code(self) -> int:
         """Codelet code (each codelet once per tile it runs on) and control code."""
-        return (self.cost.codelet_code_bytes * sum(self.codelets.values())
+        tiles = sum(self.codelets.values()) + sum(int(t.sum()) for t in self.code_tiles.values())
+        return (self.cost.codelet_code_bytes * tiles
                 + self.cost.control_code_bytes_per_step * self.steps)
 
     def memory(self, always: dict) -> dict:
         """Bytes of this IPU by kind: always-live variables (`always`, by kind) plus the kinds
-        held at the peak of the others, and code, constants, vertex state, buffers."""
+        held at the peak of the others (per_tile, a placed model's: each tile's peak, shared
+        out by the kinds held at the IPU's peak), and code, constants, vertex state,
+        buffers."""
         kinds = dict.fromkeys(("weights", "optimizer_state", "gradients", "activations"), 0)
-        for part in (always, self.at_peak):
+        at_peak = dict(self.at_peak)
+        if self.per_tile and self.peak:
+            scale = float(self.peak_tiles.sum()) / self.peak
+            at_peak = {k: v * scale for k, v in at_peak.items()}
+        for part in (always, at_peak):
             for k, v in part.items():
                 kinds[k] += int(v)
         return {**kinds, "code": self.code(), "constants": int(self.constants),

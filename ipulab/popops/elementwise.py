@@ -56,18 +56,20 @@ def _overlaps(a: Tensor, b: Tensor) -> bool:
     return bool(marks[y[(y >= lo) & (y <= hi)] - lo].any())
 
 
-def _fields(tensors, used, out: Tensor, in_place: bool):
+def number_fields(tensors, used, out, in_place: bool, same=None):
     """Number the distinct input tensors as fields; return (renumbering, [(field n, tensor)]).
 
-    In place, the output itself is field 1 (InOut); inputs are numbered from 2."""
+    In place, the output itself is field 1 (InOut); inputs are numbered from 2. same(a, b):
+    whether two operands are one view (the planner's placed tensors bring their own)."""
+    same = same or _same_view
     mapping, fields = {}, []
     for n in used:
         t = tensors[n - 1]
-        if in_place and _same_view(t, out):
+        if in_place and same(t, out):
             mapping[n] = E.placeholder(1)
             continue
         for k, other in fields:
-            if _same_view(t, other):
+            if same(t, other):
                 mapping[n] = E.placeholder(k)
                 break
         else:
@@ -79,7 +81,7 @@ def _fields(tensors, used, out: Tensor, in_place: bool):
 
 def _emit(graph, expression, tensors, used, out: Tensor, in_place: bool, seq, name: str):
     """Add the compute set computing expression into out (and Execute it in seq)."""
-    mapping, fields = _fields(tensors, used, out, in_place)
+    mapping, fields = number_fields(tensors, used, out, in_place)
     body = E.substitute(expression, mapping)
     reads_out = in_place and 1 in body.placeholders()
     n_out = out.num_elements()

@@ -51,14 +51,14 @@ def _check(graph, t, offsets, seq, what: str) -> Tensor:
     return offsets.flatten()
 
 
-def _bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
+def block_bounds(n: int, parts: int, grain: int = 1) -> np.ndarray:
     """parts + 1 cut points of range(n) into near-equal blocks, cut at multiples of grain."""
     cuts = (np.arange(parts + 1, dtype=np.int64) * n // parts) // grain * grain
     cuts[-1] = n
     return cuts
 
 
-def _slice_grid(target, N: int, V: int, d: int, dtype) -> tuple[int, int]:
+def slice_grid(target, N: int, V: int, d: int, dtype) -> tuple[int, int]:
     """(pr, pc): the row x column blocks of multi_slice with the fewest estimated cycles
     (receiving the table slice and offsets, then copying), fewer tiles on a tie."""
     grain, e = grain_of(dtype), dtype.size
@@ -76,6 +76,26 @@ def _slice_grid(target, N: int, V: int, d: int, dtype) -> tuple[int, int]:
     return best[1], best[2]
 
 
+class SliceBlocks:
+    """multi_slice's output [N, d] (slice_grid's pr x pc blocks): block (r, c) holds rows
+    rb[r]:rb[r+1] x columns cb[c]:cb[c+1] (w[c] wide), row-major, from start[r, c], on tile
+    tile[r, c] = r·pc + c; ids[i, j] is element (i, j)'s position in the output."""
+
+    def __init__(self, target, N: int, V: int, d: int, dtype):
+        pr, pc = slice_grid(target, N, V, d, dtype)
+        self.rb, self.cb = block_bounds(N, pr), block_bounds(d, pc, grain_of(dtype))
+        self.nr, self.w = np.diff(self.rb), np.diff(self.cb)
+        self.sizes = self.nr[:, None] * self.w[None, :]
+        self.start = (np.cumsum(self.sizes) - self.sizes.ravel()).reshape(self.sizes.shape)
+        self.tile = np.arange(pr * pc, dtype=np.int64).reshape(pr, pc)
+        i, j = np.arange(N), np.arange(d)
+        r = np.searchsorted(self.rb, i, "right") - 1
+        c = np.searchsorted(self.cb, j, "right") - 1
+        self.ids = self.start[r[:, None], c[None, :]] + \
+            (i - self.rb[r])[:, None] * self.w[c][None, :] + (j - self.cb[c])[None, :]
+        self.row, self.col = r, c
+
+
 def multi_slice(graph, t, offsets, seq, name: str = "") -> Tensor:
     """A new [N, d] tensor: row i is t[offsets[i]] for a table t [V, d] (FLOAT or HALF) and
     INT offsets [N] read at run time (an offset outside [0, V) gives a row of zeros)."""
@@ -85,19 +105,10 @@ def multi_slice(graph, t, offsets, seq, name: str = "") -> Tensor:
     var = graph.add_variable(t.dtype, [N * d], f"{name}/out")
     if N * d == 0:
         return var.reshape([N, d])
-    pr, pc = _slice_grid(graph.target, N, V, d, t.dtype)
-    rb, cb = _bounds(N, pr), _bounds(d, pc, grain_of(t.dtype))
-    nr, w = np.diff(rb), np.diff(cb)
-    # block (r, c) holds rows rb[r]:rb[r+1] x columns cb[c]:cb[c+1], row-major, from start[r, c]
-    sizes = nr[:, None] * w[None, :]
-    start = (np.cumsum(sizes) - sizes.ravel()).reshape(sizes.shape)
-    tile = np.arange(pr * pc, dtype=np.int64).reshape(pr, pc)
+    bl = SliceBlocks(graph.target, N, V, d, t.dtype)
+    rb, cb, w, sizes, start, tile = bl.rb, bl.cb, bl.w, bl.sizes, bl.start, bl.tile
     graph.set_tile_mapping(var, np.repeat(tile.ravel(), sizes.ravel()))
-    i, j = np.arange(N), np.arange(d)
-    r, c = np.searchsorted(rb, i, "right") - 1, np.searchsorted(cb, j, "right") - 1
-    ids = start[r[:, None], c[None, :]] + (i - rb[r])[:, None] * w[c][None, :] + \
-        (j - cb[c])[None, :]
-    out = var.element_view(ids, f"{name}/out")
+    out = var.element_view(bl.ids, f"{name}/out")
     # one vertex per non-empty block: its offsets, column block c of t (V rows), its block
     br, bc = np.nonzero(sizes)
     rows = np.repeat(np.arange(V, dtype=np.int64) * d, br.size).reshape(V, -1).T
@@ -113,7 +124,7 @@ def multi_slice(graph, t, offsets, seq, name: str = "") -> Tensor:
     return out
 
 
-def _update_groups(target, N: int, V: int, w: int, pc: int, dtype) -> int:
+def update_groups(target, N: int, V: int, w: int, pc: int, dtype) -> int:
     """How many groups of offsets multi_update_add splits N into (1: one stage, straight into
     the table), with the fewest estimated cycles: each group makes a float partial of every
     column block, and a second compute set adds the groups' partials into the table."""
@@ -145,18 +156,18 @@ def _check_scale(graph, scale, what: str) -> None:
                          f"not {scale!r}")
 
 
-class _UpdatePlan:
+class UpdatePlan:
     """Where multi_update_add works: column blocks k (columns cb[c[k]]:cb[c[k]] + w[k]) of a
     [V, d] table, groups of offsets (rows gb[g]:gb[g+1] of the updates); vertex (group q,
     block k) on tile q * blocks + k. table[v]: the table rows of vertex v's block."""
 
     def __init__(self, target, V: int, d: int, N: int, dtype):
         grain = grain_of(dtype)
-        cb = _bounds(d, min(-(-d // grain), target.num_tiles), grain)
+        cb = block_bounds(d, min(-(-d // grain), target.num_tiles), grain)
         self.c = np.flatnonzero(np.diff(cb))
         self.col, self.w = cb[self.c], np.diff(cb)[self.c]
-        self.groups = _update_groups(target, N, V, int(self.w.max()), self.c.size, dtype)
-        self.gb = _bounds(N, self.groups)
+        self.groups = update_groups(target, N, V, int(self.w.max()), self.c.size, dtype)
+        self.gb = block_bounds(N, self.groups)
         self.q, self.k = np.divmod(np.arange(self.groups * self.c.size, dtype=np.int64),
                                    self.c.size)
         self.tile = self.q * self.c.size + self.k
@@ -197,7 +208,7 @@ def multi_update_add(graph, t, s, offsets, scale, seq, name: str = "") -> None:
     _check_scale(graph, scale, what)
     if N * d * V == 0:
         return
-    p = _UpdatePlan(graph.target, V, d, N, t.dtype)
+    p = UpdatePlan(graph.target, V, d, N, t.dtype)
     common = {"scale": Regions.whole(scale.flatten(), p.tile.size) if isinstance(scale, Tensor)
               else tile_constant(graph, FLOAT, [float(scale)], p.tile,
                                  f"{name}/scale").regions(p.tile),
