@@ -7,8 +7,8 @@ exchange before the compute phase (and sent back after it for outputs); the cost
 buffers are every tile's, but the host copies only what it must (a read that is one range
 is read where it is, and reads of the same elements on many tiles share one buffer). Then
 the vertices of each codelet become one Batch (one numba call), and the step's cycles are the
-compute set's compute phase plus its exchange phases. Everything here works on arrays of slots and vertices:
-no Python per vertex.
+compute set's compute phase plus its exchange phases. Everything here works on arrays of
+slots and vertices: no Python per vertex.
 """
 from __future__ import annotations
 
