@@ -65,6 +65,51 @@ def test_run_runs_every_part_and_raises_the_first_error_in_order():
     assert lanes.share(1, 1, 2) == (0, 1) and lanes.share(1, 0, 2) == (0, 0)
 
 
+def test_parts_go_to_whichever_thread_is_free_and_errors_keep_part_order():
+    """More parts than threads: each part runs once, on at most `threads` threads, and a
+    part that waits for a later one still finishes (another thread takes the later part);
+    the error raised is the first part's in order, not the first in time."""
+    import threading
+    later_failed = threading.Event()
+    ran, threads_used = [], set()
+
+    def part(i):
+        def fn():
+            threads_used.add(threading.current_thread().name)
+            ran.append(i)
+            if i == 1:                  # fails after part 3 has failed
+                assert later_failed.wait(60), "part 3 never ran while part 1 waited"
+                raise ValueError("part 1")
+            if i == 3:
+                later_failed.set()
+                raise ValueError("part 3")
+        return fn
+
+    for _ in range(20):
+        ran.clear()
+        later_failed.clear()
+        with pytest.raises(ValueError, match="part 1"):
+            lanes.run([part(i) for i in range(6)], 2)
+        assert sorted(ran) == list(range(6))
+    assert len(threads_used) <= 2
+    assert lanes.parts_for(3, 2) == 3 and lanes.parts_for(16, 2) == 2 * lanes.PARTS_PER_THREAD
+
+
+def test_many_runs_of_disjoint_parts_give_the_bits_of_one_run():
+    """Runs back to back (a worker that wakes late finds its job's parts taken and must not
+    touch the next run's): every element written once per run, as in order."""
+    out = np.zeros(64, np.int64)
+
+    def part(i, k):
+        def fn():
+            lo, hi = lanes.share(out.size, i, 8)
+            out[lo:hi] += k
+        return fn
+    for k in range(200):
+        lanes.run([part(i, k) for i in range(8)], 2)
+    np.testing.assert_array_equal(out, np.full(64, sum(range(200))))
+
+
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
     rng = np.random.default_rng(0)

@@ -29,17 +29,19 @@ class ComputeAction:
         for b in self.batches if n > 1 else ():
             b.prepare(state.arenas, state.arenas_ro)
         if n > 1 and self.replicas > 1:
-            n = min(n, self.replicas)
-            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, n))
-                       for i in range(n)])
+            k = lanes.parts_for(self.replicas, n)
+            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, k))
+                       for i in range(k)], n)
         elif n > 1:
             arenas = state.arenas
+            k = lanes.PARTS_PER_THREAD * n
             for plans in (self.pre, None, self.post):
                 if plans is None:
-                    lanes.run([partial(self._rows, state, i, n) for i in range(n)])
+                    lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
                     self._round_half(state, 0, 1)
                 elif plans:
-                    lanes.run([partial(run_plans_part, plans, arenas, i, n) for i in range(n)])
+                    lanes.run([partial(run_plans_part, plans, arenas, i, k)
+                               for i in range(k)], n)
         else:
             self._replicas(state, 0, self.replicas)
 
@@ -86,7 +88,9 @@ class CopyAction:
     def __call__(self, state) -> None:
         n = state.lanes if self.work >= lanes.MIN_WORK else 1
         if n > 1:
-            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, n) for i in range(n)])
+            k = lanes.PARTS_PER_THREAD * n
+            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
+                       for i in range(k)], n)
             return
         for plan, key in self.plans:
             plan.run(state.arenas[key], state.arenas[key])
