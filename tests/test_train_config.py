@@ -15,17 +15,19 @@ def test_defaults_are_the_trainers():
     c = nn.TrainConfig()
     assert (c.replicas, c.batch_size, c.lr, c.momentum, c.precision, c.pipeline, c.recompute,
             c.seed) == (1, 16, 0.05, 0.0, "fp32", None, False, 0)
-    assert (c.num_stages, c.micro, c.global_batch_size, c.scale) == (1, 1, 16, 1.0)
+    assert (c.num_stages, c.micro_batches, c.global_batch_size, c.scale) == (1, 1, 16, 1.0)
     assert c.dtype == ipulab.poplar.FLOAT
 
 
 def test_derived_values():
     c = nn.TrainConfig(replicas=2, batch_size=32, precision="fp16", pipeline=[3, 6])
-    assert c.pipeline == (3, 6) and c.num_stages == 3 and c.micro == 3
+    assert c.pipeline == (3, 6) and c.num_stages == 3 and c.micro_batches == 3
+    assert not hasattr(c, "micro")          # one word, one meaning: micro_batches, micro_batch_size
     assert c.global_batch_size == 64 and c.scale == 128.0
     assert c.dtype == ipulab.poplar.HALF
     assert nn.TrainConfig(pipeline=4, batch_size=8).num_stages == 4
-    assert nn.TrainConfig(pipeline=[2], micro_batches=8).micro == 8
+    c = nn.TrainConfig(pipeline=[2], micro_batches=8)
+    assert (c.micro_batches, c.micro_batch_size) == (8, 2)      # the planner's words
     assert nn.TrainConfig(precision="fp16", loss_scaling=64).scale == 64.0
 
 

@@ -308,10 +308,16 @@ def test_bad_tokens_and_targets_are_refused(dev):
     assert tr.engine is not None and tr.history["loss"] == []    # nothing ran
 
 
-def test_tensor_parallel_waits_for_a_later_version(dev):
+def test_tensor_parallel_splits_heads_and_feed_forward():
+    """tensor_parallel= takes a transformer (Megatron's split; tests/test_transformer_scale_out.py
+    trains it under every mechanism): 2 IPUs of 2 heads... but 3 heads do not split in 2."""
     ours, _ = twins()
-    with pytest.raises(ConfigError, match=r"layer 0 \(Embedding\(11, 8\)\) cannot be split"):
-        nn.Trainer(ours, ipulab.devices.system("bow2000", 16), replicas=2, tensor_parallel=2)
+    pod = ipulab.devices.system("bow2000", 16)
+    assert nn.Trainer(ours, pod, replicas=2, tensor_parallel=2).config.replica_ipus == 2
+    odd = nn.Sequential(nn.Embedding(V, 6), nn.TransformerEncoderLayer(6, 3, 8))
+    with pytest.raises(ConfigError, match=r"layer 1 \(TransformerEncoderLayer\(6, 3, .*\)\) has 3 "
+                                          r"heads, which 2 does not divide"):
+        nn.Trainer(odd, pod, replicas=2, tensor_parallel=2)
 
 
 def test_positional_embedding_has_a_gradient_for_unused_positions(dev):

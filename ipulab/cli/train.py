@@ -38,16 +38,20 @@ def add_parser(sub) -> None:
                    "indices (e.g. 3,6: layers 0-2, 3-5 and 6- on three IPUs); default none")
     t.add_argument("--micro-batches", type=int, default=None,
                    help="micro-batches per step with --pipeline (default: one per stage)")
+    t.add_argument("--tensor-parallel", default=None, metavar="T|T1xT2", help="IPUs sharing "
+                   "each layer (default 1); T1xT2 (e.g. 2x2) splits a transformer 2-D, as PopXL")
     t.add_argument("--precision", choices=("fp32", "fp16"), default=None, help="default fp32")
     t.add_argument("--epochs", type=int, default=None,
                    help="default 5 (the transformer: 2)")
     t.add_argument("--batch-size", type=int, default=None,
                    help="images (sequences) per replica per step (default: 16)")
     t.add_argument("--optimizer", choices=("sgd", "adam", "adamw", "lamb"), default=None,
-                   help="sgd (default: with momentum 0.9), adam or adamw (as torch.optim), or "
-                   "lamb (You et al. 2019, as Graphcore's BERT); run on the tiles")
+                   help="sgd (the CNN's default: with momentum 0.9), adam (the "
+                   "transformer's) or adamw (as torch.optim), or lamb (You et al. 2019, as "
+                   "Graphcore's BERT); run on the tiles")
     t.add_argument("--lr", type=float, default=None,
-                   help="default 0.1 with sgd, 0.01 with adam and adamw, 0.02 with lamb")
+                   help="default 0.1 with sgd, 0.01 with adam and adamw (the transformer: "
+                   "0.003), 0.02 with lamb")
     t.add_argument("--momentum", type=float, default=None, help="sgd's; default 0.9")
     t.add_argument("--weight-decay", type=float, default=None,
                    help="L2 for sgd and adam, decoupled for adamw, in the update for lamb "
@@ -82,7 +86,7 @@ def train_config(args):
 
     changes = {name: getattr(args, name) for name in (
         "system", "replicas", "micro_batches", "precision", "epochs", "batch_size", "lr",
-        "momentum", "tiles_per_ipu", "seed", "optimizer", "weight_decay")
+        "momentum", "tiles_per_ipu", "seed", "optimizer", "weight_decay", "tensor_parallel")
         if getattr(args, name) is not None}
     if args.recompute:
         changes["recompute"] = True
@@ -104,13 +108,15 @@ def train_config(args):
 
 def _title(config, target, model: str = "cnn") -> str:
     pipeline = "" if config.pipeline is None else \
-        f"pipeline stages at {list(config.pipeline)} with {config.micro} micro-batches, "
+        f"pipeline stages at {list(config.pipeline)} with {config.micro_batches} micro-batches, "
+    t1, t2 = config.tensor_parallel_grid
+    shards = f"tensor parallel {t1}{f'x{t2}' * (t2 > 1)}, " * (t1 * t2 > 1)
     system = target.system.name if target.partition else config.system   # pod16:NAME#id
     what = "small GPT sorting tokens" if model == "transformer" else "default CNN on digits"
     return (f"{what}, {system} ({target.num_ipus} IPU(s) x "
             f"{target.tiles_per_ipu} tiles), {config.replicas} replica(s) x batch "
             f"{config.batch_size}, {_optimizer_title(config)}, "
-            f"{config.precision}, {pipeline}{'recompute, ' if config.recompute else ''}"
+            f"{config.precision}, {shards}{pipeline}{'recompute, ' if config.recompute else ''}"
             f"{config.epochs} epoch(s)")
 
 

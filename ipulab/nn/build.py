@@ -20,11 +20,11 @@ class LayerBuild:
     """What one layer sees while it is turned into graph operations."""
 
     def __init__(self, graph, seq, layer, index: int, params: dict, train: bool, relu: bool,
-                 seed, prefix: str = "", micro: int = 0, shards: int = 1):
+                 seed, prefix: str = "", micro_batch: int = 0, tp=None):
         self.graph, self.seq, self.layer, self.index = graph, seq, layer, index
         self.params, self.train, self.relu, self.seed = params, train, relu, seed
-        self.prefix, self.micro = prefix, micro
-        self.shards, self.sub = shards, []   # tensor parallelism: IPUs, and a build per shard
+        self.prefix, self.micro_batch = prefix, micro_batch
+        self.tp, self.sub = tp, []     # tensor parallelism: its scheme, and a build per shard
         self.model = self.input = None     # its model; the tensor it was given (a checkpoint)
         self.need_dx = True
         self.grads: dict = {}
@@ -40,7 +40,7 @@ class LayerBuild:
     def seed_modifier(self) -> int:
         """Random streams differ per layer, part of a layer and micro-batch (and repeat when
         recomputed)."""
-        return (self.index + 65536 * self.micro + (self.stream << 24)) % 2 ** 32
+        return (self.index + 65536 * self.micro_batch + (self.stream << 24)) % 2 ** 32
 
     def part(self, scope: str, params: dict, stream: int = 0) -> "LayerBuild":
         """The build of one part of a composite layer (e.g. a TransformerEncoderLayer's
@@ -69,26 +69,25 @@ class LayerBuild:
 
 
 def build_forward(graph, model, x, params: dict, seq, train: bool, seed=None, prefix: str = "",
-                  span=None, micro: int = 0, shards: int = 1):
+                  span=None, micro_batch: int = 0, tp=None):
     """The forward pass of model's layers span = (lo, hi) (default: all) on x into seq:
     (output, [LayerBuild per built layer]).
 
     params: {layer index: {name: tensor}}. In training mode Dropout draws masks from `seed`
-    (an UNSIGNED_INT [2] tensor) and the layer's seed_modifier (its index and `micro`, the
-    micro-batch); otherwise it passes its input through. shards: the IPUs of graph that
-    share each Conv2d and Linear (tensor_parallel.py)."""
+    (an UNSIGNED_INT [2] tensor) and the layer's seed_modifier (its index and micro_batch,
+    the micro-batch's index); otherwise it passes its input through. tp: how the IPUs of graph
+    share each layer with weights (tensor_parallel.scheme; None: graph runs them whole)."""
     layers = model.layers
     i, hi = span or (0, len(layers))
     builds = []
     while i < hi:
         layer = layers[i]
         relu = layer.fuses_relu and i + 1 < hi and isinstance(layers[i + 1], ReLU)
-        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix, micro,
-                       shards)
+        b = LayerBuild(graph, seq, layer, i, params.get(i, {}), train, relu, seed, prefix,
+                       micro_batch, tp)
         b.model, b.input = model, x
         with naming(b, "forward"):
-            x = tensor_parallel.forward(b, x) if tensor_parallel.is_sharded(b) else \
-                layer.forward(b, x)
+            x = b.tp.forward(b, x) if tensor_parallel.is_sharded(b) else layer.forward(b, x)
         builds.append(b)
         i += 2 if relu else 1
     return x, builds
@@ -127,14 +126,14 @@ def build_backward(graph, builds, dy, seq, need_input_grad: bool = False,
             b0, last = block[0], block[-1]
             _, block = build_forward(graph, b0.model, b0.input, {b.index: b.params for b in block},
                                      seq, b0.train, b0.seed, "recompute/" + b0.prefix,
-                                     (b0.index, last.index + (2 if last.relu else 1)), b0.micro,
-                                     b0.shards)
+                                     (b0.index, last.index + (2 if last.relu else 1)),
+                                     b0.micro_batch, b0.tp)
         for k, b in zip(reversed(ks), reversed(block)):
             if k < first:
                 break
             b.seq, b.need_dx = seq, k > first or need_input_grad
             with naming(b, "backward"):
-                dy = tensor_parallel.backward(b, dy) if tensor_parallel.is_sharded(b) else \
+                dy = b.tp.backward(b, dy) if tensor_parallel.is_sharded(b) else \
                     b.layer.backward(b, dy)
             grads.update({f"{b.index}.{name}": t for name, t in b.grads.items()})
     return _keys(builds, grads), (dy if need_input_grad else None)

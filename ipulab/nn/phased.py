@@ -33,7 +33,6 @@ import numpy as np
 from .. import popops, poputil
 from ..poplar import FLOAT, HALF
 from ..poplar import program as prog
-from . import tensor_parallel
 from .build import all_reduce_gradients, build_backward, build_forward, flat, split
 from .sharding import ShardedWeights
 
@@ -42,14 +41,15 @@ class Phases:
     """The phases of a model on graph g: their spans, remote buffers and working copies.
 
     spans: [(lo, hi)] layer ranges, each with weights; dtype: HALF to run the layers on half
-    copies; shards: tensor parallelism (each layer's rows mapped on its shards' IPUs); rts:
+    copies; tp: tensor parallelism (tensor_parallel.scheme: each weight mapped on its shards'
+    IPUs as the scheme splits it); rts:
     each replica's buffer holds its shard of the phase's weights (sharding.py), all-gathered
     into the working copies after loading, the gradients reduce-scattered for the update;
     per_tensor: shard each weight tensor on its own (for LAMB)."""
 
-    def __init__(self, g, model, spans, dtype, shards: int = 1, rts: bool = False,
+    def __init__(self, g, model, spans, dtype, tp=None, rts: bool = False,
                  per_tensor: bool = False):
-        self.g, self.spans, self.dtype, self.shards = g, spans, dtype, shards
+        self.g, self.spans, self.dtype, self.tp = g, spans, dtype, tp
         self.shapes = shapes = model.param_shapes()
         self.keys = [[k for k in shapes if lo <= int(k.split(".")[0]) < hi] for lo, hi in spans]
         self.buffers, self.copies, self.sharded = [], {}, {}
@@ -57,8 +57,9 @@ class Phases:
             for side in ("forward", "backward"):
                 for k in keys:
                     v = g.add_variable(FLOAT, list(shapes[k]), f"phase{i}/{side}/{k}")
-                    if shards > 1:
-                        tensor_parallel.map_weight(g, v, shards)
+                    if tp is not None:
+                        index, name = k.split(".", 1)
+                        tp.map_weight(g, model[int(index)], name, v)
                     else:
                         poputil.map_tensor_linearly(g, v)
                     self.copies[side, k] = v
@@ -100,7 +101,7 @@ class Phases:
         for i, span in enumerate(self.spans):
             params = self._load(i, "forward", seq)
             x, builds = build_forward(self.g, model, x, params, seq, train, seed, prefix, span,
-                                      shards=self.shards)
+                                      tp=self.tp)
             phases.append(builds)
         return x, phases
 

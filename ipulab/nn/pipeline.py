@@ -135,12 +135,12 @@ def _like(graph, t, name: str):
 
 
 def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, *,
-                      train: bool, seed=None, prefix: str = "", on_last=None, shards: int = 1):
+                      train: bool, seed=None, prefix: str = "", on_last=None, tp=None):
     """The forward phase: micro-batch m through stage s in slot t = m + s, the stages of a slot
     in shared supersteps, outputs moved to the next IPU between slots. on_last(m, logits,
-    part) adds the last stage's per-micro-batch work (the loss); shards: tensor parallelism
-    inside each stage. Returns ({(s, m): builds},
-    [logits per micro-batch])."""
+    part) adds the last stage's per-micro-batch work (the loss); tp: tensor parallelism
+    inside each stage (tensor_parallel.scheme). Returns ({(s, m): builds}, [logits per
+    micro-batch])."""
     S, M, B = len(stages), micro_batches, x.shape[0]
     mb = B // M
     inputs = {(0, m): x.slice(m * mb, (m + 1) * mb, 0) for m in range(M)}
@@ -154,7 +154,7 @@ def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, 
             part = prog.Sequence(name=f"stage {s} forward mb{m}")
             y, builds[s, m] = build_forward(st.graph, model, inputs[s, m], params, part,
                                             train=train, seed=seed, prefix=f"{prefix}mb{m}/",
-                                            span=(st.lo, st.hi), micro=m, shards=shards)
+                                            span=(st.lo, st.hi), micro_batch=m, tp=tp)
             if s == S - 1:
                 logits[m] = y
                 if on_last is not None:
@@ -173,7 +173,7 @@ def pipelined_forward(graph, model, stages, x, params, seq, micro_batches: int, 
 
 def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batches: int,
                    grad_scale: float, seed=None, recompute: bool = False,
-                   shards: int = 1) -> StepResult:
+                   tp=None) -> StepResult:
     """Forward, loss and backward of one batch through the pipeline, into seq."""
     S, M, B = len(stages), micro_batches, x.shape[0]
     mb = B // M
@@ -186,7 +186,7 @@ def pipelined_step(graph, model, stages, x, labels, params, seq, *, micro_batche
                                     grad_scale=grad_scale)
 
     builds, _ = pipelined_forward(graph, model, stages, x, params, seq, M, train=True,
-                                  seed=seed, on_last=loss_of, shards=shards)
+                                  seed=seed, on_last=loss_of, tp=tp)
     loss_sum = popops.reduce(last.graph, concat([losses[m].loss.reshape([1]) for m in range(M)]),
                              [0], "add", seq, "loss/sum")
     loss = popops.map(last.graph, popops.expr._1 / float(M), [loss_sum], seq, "loss/mean")

@@ -55,7 +55,8 @@ class StepGraph:
         self.targets = shapes[-1][:-1]          # () or (S,): a label per position
         self.positions = int(np.prod(self.targets))
         self.g = g = Graph(target, replication_factor=config.replicas)   # one replica's graph
-        t = config.tensor_parallel
+        t = config.tensor_parallel_ipus
+        self.tp = tensor_parallel.scheme(model, config.tensor_parallel_grid)
         self.stages = None if cuts is None else \
             make_stages(g, stage_spans(cuts, len(model), g.target.num_ipus // t), t)
         self.group = g if t == 1 or self.stages else \
@@ -68,7 +69,8 @@ class StepGraph:
         self.params, self.weights = {}, {}
         spans = config.phase_spans(model)
         per_tensor = optim.KINDS[config.optimizer].norms_per_tensor
-        self.phases = spans and Phases(self.group, model, spans, dt, t, config.rts, per_tensor)
+        self.phases = spans and Phases(self.group, model, spans, dt, self.tp, config.rts,
+                                       per_tensor)
         if not spans:
             self._add_weights(model.param_shapes())
         self.sharded = ShardedWeights(g, self.weights, per_tensor=per_tensor) \
@@ -89,8 +91,8 @@ class StepGraph:
         for key, shape in shapes.items():
             index, name = key.split(".", 1)
             w = g.add_variable(FLOAT, list(shape), key)
-            if cfg.tensor_parallel > 1:
-                tensor_parallel.map_weight(self.home(int(index)), w, cfg.tensor_parallel)
+            if self.tp is not None:
+                self.tp.map_weight(self.home(int(index)), self.model[int(index)], name, w)
             else:
                 poputil.map_tensor_linearly(self.home(int(index)), w)
             if not cfg.rts:
@@ -145,9 +147,8 @@ class StepGraph:
         if self.stages:
             body = prog.Sequence(name="pipeline")
             step = pipelined_step(g, self.model, self.stages, self.x, self.labels, self.params,
-                                  body, micro_batches=cfg.micro, grad_scale=grad_scale,
-                                  seed=self.seed, recompute=cfg.recompute,
-                                  shards=cfg.tensor_parallel)
+                                  body, micro_batches=cfg.micro_batches, grad_scale=grad_scale,
+                                  seed=self.seed, recompute=cfg.recompute, tp=self.tp)
             train.add(body)
         else:
             step = self._plain_step(train, grad_scale, optimizer)
@@ -200,7 +201,7 @@ class StepGraph:
         if self.phases:
             return self.phases.forward(self.model, self.x, seq, train, self.seed, prefix)
         return build_forward(self.group, self.model, self.x, self.params, seq, train=train,
-                             seed=self.seed, prefix=prefix, shards=self.config.tensor_parallel)
+                             seed=self.seed, prefix=prefix, tp=self.tp)
 
     # --- program 1 -------------------------------------------------------------------------
     def evaluation_program(self):
@@ -217,8 +218,8 @@ class StepGraph:
         else:
             if self.stages:
                 _, parts = pipelined_forward(self.g, self.model, self.stages, self.x,
-                                             self.params, ev, self.config.micro, train=False,
-                                             prefix="eval/", shards=self.config.tensor_parallel)
+                                             self.params, ev, self.config.micro_batches,
+                                             train=False, prefix="eval/", tp=self.tp)
                 logits = concat(parts)
             else:
                 logits, _ = self._forward(ev, train=False, prefix="eval/")

@@ -20,12 +20,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, DataError, EngineError, GraphError, TileMemoryError
+from ..errors import DataError, EngineError, GraphError, TileMemoryError
 from ..poplar import Engine
 from .config import TrainConfig
-from .layers import Conv2d, Linear
 from .model import Sequential, check_weights
 from .optim import create as create_optimizer
+from .tensor_parallel import scheme
 from .step import EVAL, TRAIN, StepGraph
 
 # A graph name that belongs to a layer: "3.weight", "mb0/3.Conv2d/conv/out", "grad_sum/3.bias",
@@ -53,16 +53,6 @@ def _config(config, options: dict) -> TrainConfig:
         raise GraphError(f"Trainer: give the options as keywords or as config=, not both "
                          f"({', '.join(changed)} given with config=)")
     return config
-
-
-def _check_tensor_parallel(model, t: int) -> None:
-    """tensor_parallel splits Conv2d and Linear layers only (as yet): ConfigError naming the
-    first other layer with weights."""
-    other = next((i for i, layer in enumerate(model.layers) if layer.param_names and
-                  not isinstance(layer, (Conv2d, Linear))), None)
-    if t > 1 and other is not None:
-        raise ConfigError("tensor_parallel", f"splits Conv2d and Linear layers; layer {other} "
-                          f"({model[other]!r}) cannot be split yet", t)
 
 
 class Trainer:
@@ -103,7 +93,7 @@ class Trainer:
                              f"{type(device).__name__}")
         self.config = config.resolve(device.target)
         self.config.check(len(model), device.target)
-        _check_tensor_parallel(model, self.config.tensor_parallel)
+        scheme(model, self.config.tensor_parallel_grid)      # ConfigError if it cannot split
         self.model, self.device = model, device
         self.optimizer = create_optimizer(self.config)
         self.options = dict(options or {})
@@ -123,7 +113,7 @@ class Trainer:
     precision = property(lambda self: self.config.precision)
     recompute = property(lambda self: self.config.recompute)
     loss_scaling = property(lambda self: self.config.scale)
-    micro_batches = property(lambda self: self.config.micro)
+    micro_batches = property(lambda self: self.config.micro_batches)
     num_stages = property(lambda self: self.config.num_stages)
     global_batch_size = property(lambda self: self.config.global_batch_size)
     dtype = property(lambda self: self.config.dtype)

@@ -287,37 +287,60 @@ class MultiheadAttention(Layer):
         return self.dropout > 0
 
     def forward(self, b, x):
-        g, seq, h = b.graph, b.seq, self.num_heads
-        B, S, d = x.shape
         qkv = self.in_proj.forward(b, x)                                   # [B, S, 3d]
-        q, k, v = (_heads(qkv[:, :, i * d:(i + 1) * d], B, S, h) for i in range(3))
-        scores = poplin.mat_mul_grouped(g, q, k.dim_shuffle([0, 2, 1]), seq,
-                                        b.name("scores"))                  # [B*h, S, S]
-        probs = popnn.softmax(g, scores, seq, self.scale, self.causal, b.name("softmax"))
-        attn = self.attn_drop.forward(b, probs)
-        ctx = poplin.mat_mul_grouped(g, attn, v, seq, b.name("context"))   # [B*h, S, hd]
-        b.save(q=q, k=k, v=v, probs=probs, attn=attn)
-        return self.out_proj.forward(b, _merge_heads(ctx, B, h))            # [B, S, d]
+        attn = self.attn_drop.forward(b, self.attend(b, qkv, self.num_heads))
+        return self.out_proj.forward(b, self.context(b, attn, self.num_heads))   # [B, S, d]
 
     def backward(self, b, dy):
-        g, seq, h = b.graph, b.seq, self.num_heads
-        q, k, v, probs, attn = (b.saved(n) for n in ("q", "k", "v", "probs", "attn"))
-        B = dy.shape[0]
-        dctx = _heads(self.out_proj.backward(b, dy), B, dy.shape[1], h)    # [B*h, S, hd]
+        h = self.num_heads
+        dattn = self.context_grad(b, self.out_proj.backward(b, dy), h)
+        dqkv = self.attend_grad(b, self.attn_drop.backward(b, dattn), h)
+        return self.in_proj.backward(b, dqkv, b.need_dx)
+
+    # the attention of h heads between the projections (tensor parallelism runs it on each
+    # shard's heads, nn/megatron.py)
+    def attend(self, b, qkv, h: int):
+        """The attention weights [B*h, S, S] of the h heads of qkv [B, S, 3 * h * hd] (their
+        queries, then keys, then values): softmax(Q.K^T / sqrt(hd)), causal if asked."""
+        B, S, w = qkv.shape
+        q, k, v = (_heads(qkv[:, :, i * w // 3:(i + 1) * w // 3], B, S, h) for i in range(3))
+        scores = poplin.mat_mul_grouped(b.graph, q, k.dim_shuffle([0, 2, 1]), b.seq,
+                                        b.name("scores"))                  # [B*h, S, S]
+        probs = popnn.softmax(b.graph, scores, b.seq, self.scale, self.causal,
+                              b.name("softmax"))
+        b.save(q=q, k=k, v=v, probs=probs)
+        return probs
+
+    def context(self, b, attn, h: int):
+        """The heads' outputs attn.V, merged: [B, S, h * hd]."""
+        ctx = poplin.mat_mul_grouped(b.graph, attn, b.saved("v"), b.seq,
+                                     b.name("context"))                    # [B*h, S, hd]
+        b.save(attn=attn)
+        return _merge_heads(ctx, attn.shape[0] // h, h)
+
+    def context_grad(self, b, dctx, h: int):
+        """dL/d(attention weights) from dL/d(merged outputs); dL/dV kept for attend_grad."""
+        g, seq, v, attn = b.graph, b.seq, b.saved("v"), b.saved("attn")
+        dctx = _heads(dctx, dctx.shape[0], dctx.shape[1], h)                # [B*h, S, hd]
         dattn = poplin.mat_mul_grouped(g, dctx, v.dim_shuffle([0, 2, 1]), seq,
                                        b.name("attn_grad"))                # [B*h, S, S]
-        dv = poplin.mat_mul_grouped(g, attn.dim_shuffle([0, 2, 1]), dctx, seq,
-                                    b.name("value_grad"))                  # [B*h, S, hd]
-        dprobs = self.attn_drop.backward(b, dattn)
+        b.save(dv=poplin.mat_mul_grouped(g, attn.dim_shuffle([0, 2, 1]), dctx, seq,
+                                         b.name("value_grad")))            # [B*h, S, hd]
+        return dattn
+
+    def attend_grad(self, b, dprobs, h: int):
+        """dL/d(qkv) [B, S, 3 * h * hd] from dL/d(attention weights)."""
+        g, seq = b.graph, b.seq
+        q, k, probs, dv = (b.saved(n) for n in ("q", "k", "probs", "dv"))
+        G = dprobs.shape[0]
+        B = G // h
         dscores = popnn.softmax_input_gradient(g, probs, dprobs, seq, self.scale, self.causal,
                                                b.name("softmax_grad"))     # [B*h, S, S]
         # dq = dscores @ k and dk = dscores^T @ q: one grouped product of 2Bh groups
-        G = dscores.shape[0]
         dqk = poplin.mat_mul_grouped(g, concat([dscores, dscores.dim_shuffle([0, 2, 1])]),
                                      concat([k, q]), seq, b.name("query_key_grad"))
-        dqkv = concat([_merge_heads(t, B, h) for t in (dqk.slice(0, G), dqk.slice(G, 2 * G),
-                                                       dv)], 2)            # [B, S, 3d]
-        return self.in_proj.backward(b, dqkv, b.need_dx)
+        return concat([_merge_heads(t, B, h) for t in (dqk.slice(0, G), dqk.slice(G, 2 * G),
+                                                       dv)], 2)            # [B, S, 3 * h * hd]
 
     def __repr__(self) -> str:
         extra = f", dropout={self.dropout}" if self.dropout else ""

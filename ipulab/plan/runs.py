@@ -28,14 +28,14 @@ def mapping_from_config(config) -> Mapping:
     if config.replicas is None:
         raise PlanError("mapping_from_config: replicas=None is decided by a target; give a "
                         "resolved config (trainer.config, or config.resolve(target))")
-    count = config.micro if config.pipeline is not None else 1    # nn: micro-batches per step
     starts = None if config.pipeline is None or isinstance(config.pipeline, int) else \
         tuple(config.pipeline)
     phases = config.phases if config.phases > 1 else \
         EVERY_LAYER if config.phased else 1
-    return make_mapping(tensor_parallel=(config.tensor_parallel, 1), pipeline=config.num_stages,
-                        replicas=config.replicas, stage_starts=starts,
-                        micro_batch_size=config.batch_size // count, micro_batches=count,
+    return make_mapping(tensor_parallel=config.tensor_parallel_grid,
+                        pipeline=config.num_stages, replicas=config.replicas, stage_starts=starts,
+                        micro_batch_size=config.micro_batch_size,
+                        micro_batches=config.micro_batches,
                         precision=config.precision, optimizer=config.optimizer,
                         momentum=config.momentum > 0, recompute=config.recompute,
                         rts=config.rts, optimizer_state=config.optimizer_state, phases=phases,

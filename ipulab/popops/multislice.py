@@ -64,7 +64,7 @@ def _slice_grid(target, N: int, V: int, d: int, dtype) -> tuple[int, int]:
     grain, e = grain_of(dtype), dtype.size
     setup, bpc = target.cost.exchange_setup_cycles, target.exchange_bytes_per_cycle
     best = None
-    for pc in range(1, -(-d // grain) + 1):
+    for pc in range(1, min(-(-d // grain), target.num_tiles) + 1):    # a tile per block
         w = -(-d // pc)
         pr = max(1, min(N, target.num_tiles // pc))
         rows = -(-N // pr)

@@ -560,9 +560,9 @@ def _fast_options(config) -> nn.TrainConfig:
         raise Fail(f"{cfg.replicas} replica(s) x batch_size {cfg.batch_size} is a global batch "
                    f"of {cfg.global_batch_size:,} images per step; the question fixes it at "
                    f"{FAST_BATCH}. Choose how to split it, not its size.")
-    if cfg.micro > FAST_MAX_MICRO:
-        raise Fail(f"{cfg.micro} micro-batches build {cfg.micro} copies of every stage's "
-                   f"forward and backward pass: a huge graph, slow to simulate. The bubble is "
+    if (micro_batches := cfg.micro_batches) > FAST_MAX_MICRO:
+        raise Fail(f"{micro_batches} micro-batches build {micro_batches} copies of every "
+                   f"stage's forward and backward pass: a huge graph, slow to simulate. The bubble is "
                    f"small long before that; use at most {FAST_MAX_MICRO}.")
     return cfg
 
@@ -588,9 +588,9 @@ def _diagnose(cfg, profile) -> str:
                      "and gradient moves twice the bytes. precision='fp16' keeps float32 master "
                      "weights and loss scaling: the loss agrees to 3 digits.")
     if cfg.pipeline is not None:
-        notes.append(f"a pipeline of {stages} stages and {cfg.micro} micro-batches: each phase "
-                     f"takes {cfg.micro + stages - 1} slots with their own syncs and exchanges, "
-                     f"and the bubble leaves IPUs idle. Pipelining pays when a model does not "
+        notes.append(f"a pipeline of {stages} stages and {cfg.micro_batches} micro-batches: "
+                     f"each phase takes {cfg.micro_batches + stages - 1} slots with their own "
+                     f"syncs and exchanges, and the bubble leaves IPUs idle. Pipelining pays when a model does not "
                      "fit on one IPU; this one does.")
     elif cfg.replicas < ipus:
         notes.append(f"each of your {cfg.replicas} replica(s) spans {ipus // cfg.replicas} "
