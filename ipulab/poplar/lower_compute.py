@@ -3,12 +3,10 @@ batches that run it, and what it costs, from the graph's vertex columns (vertice
 
 Each connected (vertex, field, region) is a *slot*. A slot whose elements are contiguous and on
 its vertex's tile is used in place; any other gets a buffer on the vertex's tile, filled by an
-exchange before the compute phase (and sent back after it for outputs); the cost and the
-buffers are every tile's, but the host copies only what it must (a read that is one range
-is read where it is, and reads of the same elements on many tiles share one buffer). Then
-the vertices of each codelet become one Batch (one numba call), and the step's cycles are the
-compute set's compute phase plus its exchange phases. Everything here works on arrays of
-slots and vertices: no Python per vertex.
+exchange before the compute phase (and sent back after it for outputs; the host copies only
+the reads it must, _runtime_reads). Then the vertices of each codelet become one Batch (one
+numba call), and the step's cycles are the compute set's compute phase plus its exchange
+phases. Everything here works on arrays of slots and vertices: no Python per vertex.
 """
 from __future__ import annotations
 
@@ -223,8 +221,7 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post,
-                                    c.rep.r)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post, c.rep.r)
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)
@@ -299,28 +296,22 @@ class ComputeSetLowering:
         slots.offset[sel[aliased]] = slots.offset[sel[shared[aliased]]]
 
     def _runtime_reads(self, key, elem_bytes, sel, need, buf_start, flat, staging) -> None:
-        """What the run copies before the compute phase (the cost and the buffers above are
-        every tile's, as on the IPU). A read-only slot whose elements are one contiguous range
-        is read where it is; of read-only slots with the same elements on different tiles
-        only the first is copied, and the others read its buffer, which holds the same
-        values. Only InOut slots and the first of each scattered read are copied."""
+        """What the run copies before the compute phase (the cost and buffers above are every
+        tile's, as on the IPU): a read-only slot that is one range of the arena is read where
+        it is, and read-only slots of the same elements share the first one's buffer."""
         c, slots = self.c, self.slots
         cat, starts, lens, reads, writes = flat
         pick = need[reads[need]]
         if pick.size == 0:
             return
         ro = pick[~writes[pick]]
-        where = np.searchsorted(need, ro)
         flat_ro = contiguous_slots(cat, starts[ro], lens[ro])
         slots.offset[sel[ro[flat_ro]]] = cat[starts[ro[flat_ro]]]
         rest = np.flatnonzero(~flat_ro)
         alias = alias_slots(cat, starts, lens, np.zeros(sel.size, np.int64), ro[rest])
         same = rest[alias >= 0]
-        slots.offset[sel[ro[same]]] = buf_start[where[rest[alias[alias >= 0]]]]
-        skip = np.zeros(sel.size, bool)
-        skip[ro[flat_ro]] = True
-        skip[ro[same]] = True
-        copy = pick[~skip[pick]]
+        slots.offset[sel[ro[same]]] = buf_start[np.searchsorted(need, ro[rest[alias[alias >= 0]]])]
+        copy = np.setdiff1d(pick, np.concatenate([ro[flat_ro], ro[same]]), assume_unique=True)
         if copy.size:
             runs = slot_runs(cat, starts[copy], lens[copy], buf_start[np.searchsorted(need, copy)],
                              slots.tile[sel][copy], c.tile_of[key], True)
