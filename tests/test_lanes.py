@@ -110,6 +110,54 @@ def test_many_runs_of_disjoint_parts_give_the_bits_of_one_run():
     np.testing.assert_array_equal(out, np.full(64, sum(range(200))))
 
 
+def test_lanes_go_alone_for_a_while_after_runs_the_workers_did_not_speed_up(monkeypatch):
+    """On a busy machine the workers wake too late to help: steps then use one lane for 1, 2,
+    4 ... ms (at most MAX_ALONE), and a run the workers sped up ends that at once."""
+    now = [100.0]
+    monkeypatch.setattr(lanes, "_clock", lambda: now[0])
+    monkeypatch.setattr(lanes, "_alone", 0.0)
+    monkeypatch.setattr(lanes, "_alone_until", 0.0)
+    assert lanes.threads(2) == 2 and lanes.threads(1) == 1
+    for alone in (0.001, 0.002, 0.004):
+        lanes._after(False)
+        assert lanes.threads(3) == 1 and lanes.threads(1) == 1
+        now[0] += alone * 0.99
+        assert lanes.threads(3) == 1
+        now[0] += alone * 0.02
+        assert lanes.threads(3) == 3
+    for _ in range(20):
+        lanes._after(False)
+    assert lanes._alone == lanes.MAX_ALONE
+    lanes._after(True)
+    assert lanes.threads(2) == 2 and lanes._alone == 0.0
+
+
+def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
+    """run() tells _after whether the workers took parts and the run beat the caller's own
+    pace; a run whose parts all ran in the caller (workers too late) was not sped up."""
+    import threading
+    seen = []
+    monkeypatch.setattr(lanes, "_after", seen.append)
+    started = threading.Event()
+
+    def part():
+        if threading.current_thread() is threading.main_thread():
+            assert started.wait(60)     # a worker takes the other part meanwhile
+        else:
+            started.set()
+    lanes.run([part, part], 2)
+    assert seen == [True]
+    lanes.run([lambda: None], 2)        # one part: no workers, nothing to judge
+    assert seen == [True]
+
+    class Asleep:                       # a worker that never wakes: the caller runs all
+        jobs = type("Jobs", (), {"put": lambda self, job: None})()
+    monkeypatch.setattr(lanes, "_workers", [Asleep()])
+    done = []
+    lanes.run([lambda: done.append(0), lambda: done.append(1)], 2)
+    assert done == [0, 1] and seen == [True, False]
+
+
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
     rng = np.random.default_rng(0)

@@ -7,12 +7,20 @@ The kernels release the GIL (nogil), so a part on a worker thread overlaps the c
 
 run([f0, f1, ...], threads) runs the parts on the calling thread and worker threads, each
 taking the next part not yet taken (a step is cut into a few parts per thread, parts_for, so
-a thread whose core is busy with another program's work takes fewer and never holds up the
-step), and returns when all are done; if parts raise, it raises the error of the first part
+a thread whose core is busy with another program's work takes fewer and holds up the step
+by one part at most), and returns when all are done; if parts raise, it raises the error of the first part
 that did (the one a run in order would have met first). One caller at a time uses the
 workers: another thread that calls meanwhile runs its parts itself, one after another.
 IPULAB_THREADS sets how many lanes there are (default: the processors this process may use,
 at most 4; 1 runs everything in the caller).
+
+threads(n) is how many lanes a step should use now: n, or 1 for a while after a run that the
+workers did not speed up (they woke when the caller had done all, or their core was taken
+mid-part: it was busy with other programs). On a busy machine waking them only costs, and a
+worker that loses its core mid-part, or holding the GIL, stalls the caller for a time slice:
+on 2 cores at load 3, steps interleaved in one process, the small GPT's took 22 ms (median)
+on one lane, 32 ms on two, 28 ms on two that go alone so (Pod16: 15, 31, 14 ms). Which lanes
+run which parts never changes a bit, only the time.
 """
 from __future__ import annotations
 
@@ -20,9 +28,14 @@ import itertools
 import os
 import queue
 import threading
+from time import perf_counter as _clock
 
 MAX_DEFAULT = 4
 PARTS_PER_THREAD = 2
+# After runs in a row that the workers did not speed up, the lanes wait 1, 2, 4 ... ms (at most
+# MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
+FIRST_ALONE, MAX_ALONE = 0.001, 0.25
+SPEEDUP = 0.9               # a run the workers sped up took less than this of the caller's pace
 # Elements a step touches (copied, or in its vertices' fields) below which handing parts to
 # other threads costs more than it saves: a hand-over takes 13-50 us here, and in a Bow-2000
 # training step (one lane) 100,000 elements take 20-90 us, the conv gathers of 1.3 million
@@ -48,7 +61,7 @@ def available() -> int:
 class _Job:
     """One run()'s parts, taken one at a time by whichever thread is free: the caller and the
     workers it woke. A worker that wakes late (its core busy with other work) finds the parts
-    taken and does nothing, so a busy core never holds up a step."""
+    taken and does nothing: a busy core holds up a step by one part at most."""
 
     def __init__(self, parts: list):
         self.parts = parts
@@ -58,9 +71,11 @@ class _Job:
         self._lock = threading.Lock()
         self.finished = threading.Event()
 
-    def work(self) -> None:
-        n = len(self.parts)
+    def work(self) -> int:
+        """Run parts until none is left to take; returns how many this thread ran."""
+        n, ran = len(self.parts), 0
         while (i := next(self._next)) < n:
+            ran += 1
             try:
                 self.parts[i]()
             except BaseException as e:          # handed to the caller by run()
@@ -69,6 +84,7 @@ class _Job:
                 self._left -= 1
                 if self._left == 0:
                     self.finished.set()
+        return ran
 
 
 class _Worker:
@@ -85,6 +101,8 @@ class _Worker:
 
 _workers: list[_Worker] = []
 _busy = threading.Lock()
+_alone = 0.0                # how long the last miss sent steps to one lane (s)
+_alone_until = 0.0          # _clock() until which threads() answers 1
 
 
 def _forget_workers() -> None:
@@ -126,13 +144,32 @@ def run(parts: list, threads: int | None = None) -> None:
         job = _Job(parts)
         for w in _workers[:helpers]:
             w.jobs.put(job)
-        job.work()
+        t0 = _clock()
+        mine = job.work()
+        t1 = _clock()
         job.finished.wait()
+        # sped up: faster than this thread alone at its own pace (and the workers took parts)
+        _after(mine < len(parts) and
+               (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
     finally:
         _busy.release()
     for e in job.errors:
         if e is not None:
             raise e
+
+
+def threads(n: int) -> int:
+    """The lanes a step should use now: n, or 1 for a while after the workers did not speed up
+    a run (see the module's docstring)."""
+    return 1 if n > 1 and _clock() < _alone_until else n
+
+
+def _after(helped: bool) -> None:
+    """After a run: one the workers did not speed up sends the next steps to one lane for
+    twice as long as the last miss did (FIRST_ALONE to MAX_ALONE); one they did ends that."""
+    global _alone, _alone_until
+    _alone = 0.0 if helped else min(max(2 * _alone, FIRST_ALONE), MAX_ALONE)
+    _alone_until = _clock() + _alone
 
 
 def parts_for(units: int, threads: int) -> int:

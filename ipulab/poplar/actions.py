@@ -25,7 +25,7 @@ class ComputeAction:
             int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
 
     def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
         for b in self.batches if n > 1 else ():
             b.prepare(state.arenas, state.arenas_ro)
         if n > 1 and self.replicas > 1:
@@ -86,7 +86,7 @@ class CopyAction:
         self.work = sum(p.num_elements for p, _ in plans)
 
     def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
         if n > 1:
             k = lanes.PARTS_PER_THREAD * n
             lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
