@@ -160,6 +160,7 @@ def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
 
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
+    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
     rng = np.random.default_rng(0)
     outs, errors = {}, {}
     for threads in ("1", "2", "3"):
@@ -221,6 +222,7 @@ def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
     monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
     monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
     monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
     monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2
