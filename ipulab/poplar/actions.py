@@ -43,7 +43,32 @@ class ComputeAction:
                     lanes.run([partial(run_plans_part, plans, arenas, i, k)
                                for i in range(k)], n)
         else:
-            self._replicas(state, 0, self.replicas)
+            self._in_turn(state)
+
+    def _in_turn(self, state) -> None:
+        """Everything in this thread: the kernel calls of _replicas(state, 0, replicas), made
+        once per engine's arenas (state.calls), so a step skips their set-up."""
+        calls = state.calls.get(self)
+        if calls is None:
+            calls = state.calls[self] = self._calls(state)
+        pre, batches, post = calls
+        for fn, args in pre:
+            fn(*args)
+        for b, fn, args in batches:
+            try:
+                fn(*args)
+            except Exception as e:
+                raise b.failure(e) from None
+        self._round_half(state, 0, self.replicas)
+        for fn, args in post:
+            fn(*args)
+
+    def _calls(self, state) -> tuple:
+        """(pre, batches, post): the copies' (fn, args), the batches' (batch, fn, args)."""
+        arenas = state.arenas
+        pre, post = ([c for c in (p.call(arenas[k], arenas[k]) for p, k in plans) if c]
+                     for plans in (self.pre, self.post))
+        return pre, [(b, *b.call(arenas, state.arenas_ro)) for b in self.batches], post
 
     def _replicas(self, state, lo: int, hi: int) -> None:
         """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
