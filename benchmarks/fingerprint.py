@@ -1,8 +1,9 @@
 """The fingerprint of the simulator's results: proof that a change kept them bit-identical.
 
-Runs a grid of training runs (the course CNN and an MLP, on one IPU, a Bow-2000 and a Pod16,
-under every scale-out mechanism) and a few library operations, and hashes what they produce:
-losses, weights, the step profile's per-tile cycles and memory, the exchange traffic.
+Runs a grid of training runs (the course CNN, an MLP and the small GPT, on one IPU, a
+Bow-2000 and a Pod16, under every scale-out mechanism) and a few library operations, and
+hashes what they produce: losses, weights, the step profile's per-tile cycles and memory, the
+exchange traffic.
 
     python benchmarks/fingerprint.py --save before.json     # on the old code
     python benchmarks/fingerprint.py --compare before.json  # on the new: exit 1 on a change
@@ -81,12 +82,17 @@ RUNS = {
     "mlp tp2 pipeline r2 pod16": (_mlp, lambda: ipulab.devices.pod(16, tiles_per_ipu=8),
                                   dict(replicas=2, batch_size=8, tensor_parallel=2,
                                        pipeline=[3], micro_batches=2)),
+    "small gpt ipu adam": (nn.small_gpt, lambda: ipulab.devices.ipu("bow"),
+                           dict(batch_size=16, lr=0.001, optimizer="adam")),
+    "small gpt ipu fp16 momentum": (nn.small_gpt, lambda: ipulab.devices.ipu("bow"),
+                                    dict(batch_size=8, lr=0.05, momentum=0.9,
+                                         precision="fp16")),
 }
 
 
 def run_training(name: str, steps: int = 3) -> dict:
     make_model, make_device, kw = RUNS[name]
-    x, y, xt, yt = ipulab.data.digits()
+    x, y, xt, yt = ipulab.data.sort_tokens() if "gpt" in name else ipulab.data.digits()
     model = make_model()
     model.reset_parameters(0)
     tr = nn.Trainer(model, make_device(), input_shape=x.shape[1:], **kw)

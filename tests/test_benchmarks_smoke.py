@@ -52,12 +52,13 @@ def test_speed_benchmark_runs():
 
 
 def test_step_benchmark_runs_side_by_side():
-    """Both systems at 8 tiles per IPU, a round of two steps each, against PyTorch (or
-    without it): every row filled in."""
+    """Both systems and the small GPT at 8 tiles per IPU, a round of two steps each, against
+    PyTorch (or without it): every row filled in."""
     rows = step.main(quick=True)
     assert [r[0].split(",")[-1].strip() for r in rows[:2]] == ["4 replicas x 16",
                                                               "16 replicas x 16"]
-    assert all("x " in r[2] for r in rows[:2]) and rows[2][0].strip().startswith("per image")
+    assert rows[2][0].strip().startswith("per image") and "small GPT" in rows[3][0]
+    assert all("x " in r[2] for r in rows[:2] + rows[3:4])
 
 
 def test_views_benchmark_times_every_view():

@@ -302,6 +302,45 @@ def test_profile_memory_of_vertices_and_buffers(dev4):
     assert prof.memory["code"][2] > prof.memory["code"][1]
 
 
+class Total(poplar.Vertex):
+    f = poplar.Input(poplar.Vector[poplar.FLOAT])
+    out = poplar.Output(poplar.FLOAT)
+
+    @staticmethod
+    def compute(f, out):
+        s = np.float32(0)
+        for x in f:
+            s += x
+        out[0] = s
+
+
+@pytest.mark.parametrize("scattered", [False, True])
+def test_reads_shared_at_run_time_are_still_exchanged_to_every_tile(dev4, scattered):
+    """Vertices on tiles 1-3 read the same elements of tile 0 (one range, or every other
+    element): the host may read them once, but every tile pays the exchange and the buffer."""
+    g = poplar.Graph(dev4.target)
+    f = g.add_variable(poplar.FLOAT, [24], "f")
+    out = g.add_variable(poplar.FLOAT, [3], "out")
+    g.set_tile_mapping(f, 0)
+    cs = g.add_compute_set("totals")
+    part = f[::2] if scattered else f[:12]
+    for t in (1, 2, 3):
+        g.set_tile_mapping(out[t - 1], t)
+        g.add_vertex(cs, Total, {"f": part, "out": out[t - 1]}, tile=t)
+    g.create_host_write("f", f)
+    g.create_host_read("out", out)
+    values = np.arange(24, dtype=np.float32)
+    e = poplar.Engine(g, prog.Execute(cs))
+    e.load(dev4)
+    e.write_tensor("f", values)
+    e.run()
+    np.testing.assert_array_equal(e.read_tensor("out"), [values[::2].sum() if scattered
+                                                         else values[:12].sum()] * 3)
+    prof = e.profile()
+    assert prof.memory["exchange_buffers"].tolist() == [0, 48, 48, 48]
+    assert (prof.exchange_cycles[1:] > 0).all()
+
+
 def test_profile_round_trips_through_json(dev4):
     e = _mixed_program(dev4)
     e.run()

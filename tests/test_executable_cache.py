@@ -73,6 +73,33 @@ def test_the_same_graph_compiles_once(cache):
     assert e2.profile().graph.num_vertices == 2          # the new graph's own summary
 
 
+def test_engines_sharing_an_executable_each_run_on_their_own_arenas(cache):
+    """A step's kernel calls are made once per engine's arenas (a cached executable is shared):
+    two engines run in turns, and one loaded again, each compute on their own data."""
+    def engine():
+        g = poplar.Graph(DEV.target)
+        x, y = g.add_variable(poplar.FLOAT, [8], "x"), g.add_variable(poplar.FLOAT, [8], "y")
+        g.set_tile_mapping(x, 1)
+        g.set_tile_mapping(y, 2)
+        cs = g.add_compute_set("add")
+        g.add_vertices(cs, AddOne, [2, 3], {"in": x.reshape([2, 4]), "out": y.reshape([2, 4])})
+        g.create_host_write("x", x)
+        g.create_host_read("y", y)
+        e = poplar.Engine(g, prog.Execute(cs))
+        e.load(DEV)
+        return e
+    engines = [engine(), engine()]
+    assert len(cache) == 1
+    for k in range(3):
+        for i, e in enumerate(engines):
+            if k == 2 and i == 0:
+                e.load(DEV)                              # new arenas
+            e.write_tensor("x", np.full(8, 10 * i + k, np.float32))
+            e.run()
+        for i, e in enumerate(engines):
+            np.testing.assert_array_equal(e.read_tensor("y"), np.full(8, 10 * i + k + 1))
+
+
 def test_any_change_is_a_new_key(cache):
     keys = {run(*build(**kw))[0]._compiled.cache_key for kw in (
         {}, {"value": 2.0}, {"tile": 0}, {"name": "x2"})}

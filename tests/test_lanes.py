@@ -65,8 +65,102 @@ def test_run_runs_every_part_and_raises_the_first_error_in_order():
     assert lanes.share(1, 1, 2) == (0, 1) and lanes.share(1, 0, 2) == (0, 0)
 
 
+def test_parts_go_to_whichever_thread_is_free_and_errors_keep_part_order():
+    """More parts than threads: each part runs once, on at most `threads` threads, and a
+    part that waits for a later one still finishes (another thread takes the later part);
+    the error raised is the first part's in order, not the first in time."""
+    import threading
+    later_failed = threading.Event()
+    ran, threads_used = [], set()
+
+    def part(i):
+        def fn():
+            threads_used.add(threading.current_thread().name)
+            ran.append(i)
+            if i == 1:                  # fails after part 3 has failed
+                assert later_failed.wait(60), "part 3 never ran while part 1 waited"
+                raise ValueError("part 1")
+            if i == 3:
+                later_failed.set()
+                raise ValueError("part 3")
+        return fn
+
+    for _ in range(20):
+        ran.clear()
+        later_failed.clear()
+        with pytest.raises(ValueError, match="part 1"):
+            lanes.run([part(i) for i in range(6)], 2)
+        assert sorted(ran) == list(range(6))
+    assert len(threads_used) <= 2
+    assert lanes.parts_for(3, 2) == 3 and lanes.parts_for(16, 2) == 2 * lanes.PARTS_PER_THREAD
+
+
+def test_many_runs_of_disjoint_parts_give_the_bits_of_one_run():
+    """Runs back to back (a worker that wakes late finds its job's parts taken and must not
+    touch the next run's): every element written once per run, as in order."""
+    out = np.zeros(64, np.int64)
+
+    def part(i, k):
+        def fn():
+            lo, hi = lanes.share(out.size, i, 8)
+            out[lo:hi] += k
+        return fn
+    for k in range(200):
+        lanes.run([part(i, k) for i in range(8)], 2)
+    np.testing.assert_array_equal(out, np.full(64, sum(range(200))))
+
+
+def test_lanes_go_alone_for_a_while_after_runs_the_workers_did_not_speed_up(monkeypatch):
+    """On a busy machine the workers wake too late to help: steps then use one lane for 1, 2,
+    4 ... ms (at most MAX_ALONE), and a run the workers sped up ends that at once."""
+    now = [100.0]
+    monkeypatch.setattr(lanes, "_clock", lambda: now[0])
+    monkeypatch.setattr(lanes, "_alone", 0.0)
+    monkeypatch.setattr(lanes, "_alone_until", 0.0)
+    assert lanes.threads(2) == 2 and lanes.threads(1) == 1
+    for alone in (0.001, 0.002, 0.004):
+        lanes._after(False)
+        assert lanes.threads(3) == 1 and lanes.threads(1) == 1
+        now[0] += alone * 0.99
+        assert lanes.threads(3) == 1
+        now[0] += alone * 0.02
+        assert lanes.threads(3) == 3
+    for _ in range(20):
+        lanes._after(False)
+    assert lanes._alone == lanes.MAX_ALONE
+    lanes._after(True)
+    assert lanes.threads(2) == 2 and lanes._alone == 0.0
+
+
+def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
+    """run() tells _after whether the workers took parts and the run beat the caller's own
+    pace; a run whose parts all ran in the caller (workers too late) was not sped up."""
+    import threading
+    seen = []
+    monkeypatch.setattr(lanes, "_after", seen.append)
+    started = threading.Event()
+
+    def part():
+        if threading.current_thread() is threading.main_thread():
+            assert started.wait(60)     # a worker takes the other part meanwhile
+        else:
+            started.set()
+    lanes.run([part, part], 2)
+    assert seen == [True]
+    lanes.run([lambda: None], 2)        # one part: no workers, nothing to judge
+    assert seen == [True]
+
+    class Asleep:                       # a worker that never wakes: the caller runs all
+        jobs = type("Jobs", (), {"put": lambda self, job: None})()
+    monkeypatch.setattr(lanes, "_workers", [Asleep()])
+    done = []
+    lanes.run([lambda: done.append(0), lambda: done.append(1)], 2)
+    assert done == [0, 1] and seen == [True, False]
+
+
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
+    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
     rng = np.random.default_rng(0)
     outs, errors = {}, {}
     for threads in ("1", "2", "3"):
@@ -128,6 +222,7 @@ def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
     monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
     monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
     monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
     monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2

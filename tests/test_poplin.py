@@ -234,21 +234,19 @@ def test_codelet_modes_agree(dev16, mode):
 
 
 @settings(max_examples=40, deadline=None)
-@given(m=st.integers(1, 7), k=st.integers(0, 40), n=st.integers(1, 30), data=st.data())
+@given(m=st.integers(1, 11), k=st.integers(0, 40), n=st.integers(1, 30), data=st.data())
 def test_rows_product_sums_in_order_in_float32(m, k, n, data):
     """SIMD lanes or not, each c[i, j] is ((0 + a[i,0] b[0,j]) + a[i,1] b[1,j]) + ..., rounded
-    to float32 at every step, for any row range and column range."""
+    to float32 at every step, for any row range (and nothing outside it is written)."""
     r0 = data.draw(st.integers(0, m - 1))
     r1 = data.draw(st.integers(r0, m))
-    j0 = data.draw(st.integers(0, n - 1))
-    j1 = data.draw(st.integers(j0, n))
     a, b = _host(m * k), _host(k * n)
     c = np.full(m * n, np.nan, np.float32)
-    rows_product(a, b, c, k, n, r0, r1, j0, j1)
+    rows_product(a, b, c, k, n, r0, r1)
     want = np.full((m, n), np.nan, np.float32)
-    want[r0:r1, j0:j1] = 0
+    want[r0:r1] = 0
     for kk in range(k):
-        want[r0:r1, j0:j1] += a.reshape(m, k)[r0:r1, kk:kk + 1] * b.reshape(k, n)[kk, j0:j1]
+        want[r0:r1] += a.reshape(m, k)[r0:r1, kk:kk + 1] * b.reshape(k, n)[kk]
     np.testing.assert_array_equal(bits(c), bits(want.ravel()))
 
 

@@ -134,6 +134,18 @@ class CopyPlan:
     def run(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> None:
         self.run_part(src_arena, dst_arena, 0, self.parts)
 
+    def call(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> tuple | None:
+        """(fn, args): the one kernel call that run() makes (None: nothing to copy), for a
+        caller that makes it many times."""
+        if self.num_elements == 0:
+            return None
+        if self.staged:
+            return self.run, (src_arena, dst_arena)
+        if self.replicas > 1:
+            return copy_runs_replicated, (src_arena, dst_arena, *self._runs, *self._strides, 0,
+                                          self.replicas)
+        return copy_runs, (src_arena, dst_arena, *self._runs)
+
     @property
     def parts(self) -> int:
         """How finely run_part can cut the plan: into replicas, else into runs (a staged plan

@@ -91,6 +91,19 @@ def slots_in_place(ids, starts, lengths, slot_tile, tile_of):
 
 
 @njit(cache=True, nogil=True)
+def contiguous_slots(ids, starts, lengths):
+    """Per slot: True if its elements are consecutive addresses (one range of the arena)."""
+    out = np.ones(starts.shape[0], np.bool_)
+    for s in range(starts.shape[0]):
+        b = starts[s]
+        for i in range(b + 1, b + lengths[s]):
+            if ids[i] != ids[i - 1] + 1:
+                out[s] = False
+                break
+    return out
+
+
+@njit(cache=True, nogil=True)
 def slot_runs(ids, starts, lengths, buffer_start, slot_tile, tile_of, to_buffer):
     """Copy runs between slots' elements and their buffers: (src, dst, length, src tile,
     dst tile). A run breaks where the slot's addresses stop being contiguous or change tile."""

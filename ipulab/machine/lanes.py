@@ -5,19 +5,37 @@ replicas touch only their own memory, so a batch (or a copy plan) cut into parts
 plan, or whole replicas -- gives the same bits whichever part runs first or alongside another.
 The kernels release the GIL (nogil), so a part on a worker thread overlaps the caller's.
 
-run([f0, f1, ...]) runs f0 in the calling thread and the others on worker threads, and returns
-when all are done; if parts raise, it raises the error of the first part that did (the one a
-run in order would have met first). One caller at a time uses the workers: another thread
-that calls meanwhile runs its parts itself, one after another. IPULAB_THREADS sets how many
-lanes there are (default: the processors this process may use, at most 4; 1 runs everything
-in the caller).
+run([f0, f1, ...], threads) runs the parts on the calling thread and worker threads, each
+taking the next part not yet taken (a step is cut into a few parts per thread, parts_for, so
+a thread whose core is busy with another program's work takes fewer and holds up the step
+by one part at most), and returns when all are done; if parts raise, it raises the error of the first part
+that did (the one a run in order would have met first). One caller at a time uses the
+workers: another thread that calls meanwhile runs its parts itself, one after another.
+IPULAB_THREADS sets how many lanes there are (default: the processors this process may use,
+at most 4; 1 runs everything in the caller).
+
+threads(n) is how many lanes a step should use now: n, or 1 for a while after a run that the
+workers did not speed up (they woke when the caller had done all, or their core was taken
+mid-part: it was busy with other programs). On a busy machine waking them only costs, and a
+worker that loses its core mid-part, or holding the GIL, stalls the caller for a time slice:
+on 2 cores at load 3, steps interleaved in one process, the small GPT's took 22 ms (median)
+on one lane, 32 ms on two, 28 ms on two that go alone so (Pod16: 15, 31, 14 ms). Which lanes
+run which parts never changes a bit, only the time.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import threading
+from time import perf_counter as _clock
 
 MAX_DEFAULT = 4
+PARTS_PER_THREAD = 2
+# After runs in a row that the workers did not speed up, the lanes wait 1, 2, 4 ... ms (at most
+# MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
+FIRST_ALONE, MAX_ALONE = 0.001, 0.25
+SPEEDUP = 0.9               # a run the workers sped up took less than this of the caller's pace
 # Elements a step touches (copied, or in its vertices' fields) below which handing parts to
 # other threads costs more than it saves: a hand-over takes 13-50 us here, and in a Bow-2000
 # training step (one lane) 100,000 elements take 20-90 us, the conv gathers of 1.3 million
@@ -40,40 +58,51 @@ def available() -> int:
     return max(1, min(n, MAX_DEFAULT))
 
 
+class _Job:
+    """One run()'s parts, taken one at a time by whichever thread is free: the caller and the
+    workers it woke. A worker that wakes late (its core busy with other work) finds the parts
+    taken and does nothing: a busy core holds up a step by one part at most."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+        self.errors: list = [None] * len(parts)
+        self._next = itertools.count()          # next() is atomic under the GIL
+        self._left = len(parts)
+        self._lock = threading.Lock()
+        self.finished = threading.Event()
+
+    def work(self) -> int:
+        """Run parts until none is left to take; returns how many this thread ran."""
+        n, ran = len(self.parts), 0
+        while (i := next(self._next)) < n:
+            ran += 1
+            try:
+                self.parts[i]()
+            except BaseException as e:          # handed to the caller by run()
+                self.errors[i] = e
+            with self._lock:
+                self._left -= 1
+                if self._left == 0:
+                    self.finished.set()
+        return ran
+
+
 class _Worker:
-    """A daemon thread that runs one function each time it is handed one."""
+    """A daemon thread that works on each job handed to it."""
 
     def __init__(self):
-        self._go = threading.Lock()
-        self._go.acquire()
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._fn = None
-        self.error: BaseException | None = None
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=self._loop, daemon=True, name="ipulab-lane").start()
 
     def _loop(self) -> None:
         while True:
-            self._go.acquire()
-            fn, self._fn = self._fn, None
-            try:
-                fn()
-            except BaseException as e:      # handed back to the caller in wait()
-                self.error = e
-            self._done.release()
-
-    def start(self, fn) -> None:
-        self.error = None
-        self._fn = fn
-        self._go.release()
-
-    def wait(self) -> BaseException | None:
-        self._done.acquire()
-        return self.error
+            self.jobs.get().work()
 
 
 _workers: list[_Worker] = []
 _busy = threading.Lock()
+_alone = 0.0                # how long the last miss sent steps to one lane (s)
+_alone_until = 0.0          # _clock() until which threads() answers 1
 
 
 def _forget_workers() -> None:
@@ -98,31 +127,55 @@ def _workers_for(n: int) -> bool:
     return True
 
 
-def run(parts: list) -> None:
-    """Run the callables in parts at once (parts[0] in this thread); raise the first part's
-    error, in part order."""
-    if len(parts) == 1 or not _busy.acquire(blocking=False):
+def run(parts: list, threads: int | None = None) -> None:
+    """Run the callables in parts at once, on this thread and up to threads - 1 workers
+    (default: one thread a part), each thread taking the next part not yet taken; return
+    when all are done, and raise the first part's error, in part order."""
+    helpers = min(len(parts), threads or len(parts)) - 1
+    if helpers < 1 or not _busy.acquire(blocking=False):
         for fn in parts:
             fn()
         return
-    errors = [None]
     try:
-        if not _workers_for(len(parts) - 1):
+        if not _workers_for(helpers):
             for fn in parts:
                 fn()
             return
-        for w, fn in zip(_workers, parts[1:]):
-            w.start(fn)
-        try:
-            parts[0]()
-        except BaseException as e:
-            errors[0] = e
-        errors += [w.wait() for w in _workers[:len(parts) - 1]]
+        job = _Job(parts)
+        for w in _workers[:helpers]:
+            w.jobs.put(job)
+        t0 = _clock()
+        mine = job.work()
+        t1 = _clock()
+        job.finished.wait()
+        # sped up: faster than this thread alone at its own pace (and the workers took parts)
+        _after(mine < len(parts) and
+               (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
     finally:
         _busy.release()
-    for e in errors:
+    for e in job.errors:
         if e is not None:
             raise e
+
+
+def threads(n: int) -> int:
+    """The lanes a step should use now: n, or 1 for a while after the workers did not speed up
+    a run (see the module's docstring)."""
+    return 1 if n > 1 and _clock() < _alone_until else n
+
+
+def _after(helped: bool) -> None:
+    """After a run: one the workers did not speed up sends the next steps to one lane for
+    twice as long as the last miss did (FIRST_ALONE to MAX_ALONE); one they did ends that."""
+    global _alone, _alone_until
+    _alone = 0.0 if helped else min(max(2 * _alone, FIRST_ALONE), MAX_ALONE)
+    _alone_until = _clock() + _alone
+
+
+def parts_for(units: int, threads: int) -> int:
+    """How many parts to cut `units` (replicas, rows, runs) into for `threads` threads: a few
+    per thread, so that a thread whose core is busy elsewhere takes fewer."""
+    return max(1, min(units, PARTS_PER_THREAD * threads))
 
 
 def share(n: int, i: int, parts: int) -> tuple[int, int]:

@@ -25,23 +25,50 @@ class ComputeAction:
             int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
 
     def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
         for b in self.batches if n > 1 else ():
             b.prepare(state.arenas, state.arenas_ro)
         if n > 1 and self.replicas > 1:
-            n = min(n, self.replicas)
-            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, n))
-                       for i in range(n)])
+            k = lanes.parts_for(self.replicas, n)
+            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, k))
+                       for i in range(k)], n)
         elif n > 1:
             arenas = state.arenas
+            k = lanes.PARTS_PER_THREAD * n
             for plans in (self.pre, None, self.post):
                 if plans is None:
-                    lanes.run([partial(self._rows, state, i, n) for i in range(n)])
+                    lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
                     self._round_half(state, 0, 1)
                 elif plans:
-                    lanes.run([partial(run_plans_part, plans, arenas, i, n) for i in range(n)])
+                    lanes.run([partial(run_plans_part, plans, arenas, i, k)
+                               for i in range(k)], n)
         else:
-            self._replicas(state, 0, self.replicas)
+            self._in_turn(state)
+
+    def _in_turn(self, state) -> None:
+        """Everything in this thread: the kernel calls of _replicas(state, 0, replicas), made
+        once per engine's arenas (state.calls), so a step skips their set-up."""
+        calls = state.calls.get(self)
+        if calls is None:
+            calls = state.calls[self] = self._calls(state)
+        pre, batches, post = calls
+        for fn, args in pre:
+            fn(*args)
+        for b, fn, args in batches:
+            try:
+                fn(*args)
+            except Exception as e:
+                raise b.failure(e) from None
+        self._round_half(state, 0, self.replicas)
+        for fn, args in post:
+            fn(*args)
+
+    def _calls(self, state) -> tuple:
+        """(pre, batches, post): the copies' (fn, args), the batches' (batch, fn, args)."""
+        arenas = state.arenas
+        pre, post = ([c for c in (p.call(arenas[k], arenas[k]) for p, k in plans) if c]
+                     for plans in (self.pre, self.post))
+        return pre, [(b, *b.call(arenas, state.arenas_ro)) for b in self.batches], post
 
     def _replicas(self, state, lo: int, hi: int) -> None:
         """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
@@ -84,9 +111,11 @@ class CopyAction:
         self.work = sum(p.num_elements for p, _ in plans)
 
     def __call__(self, state) -> None:
-        n = state.lanes if self.work >= lanes.MIN_WORK else 1
+        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
         if n > 1:
-            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, n) for i in range(n)])
+            k = lanes.PARTS_PER_THREAD * n
+            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
+                       for i in range(k)], n)
             return
         for plan, key in self.plans:
             plan.run(state.arenas[key], state.arenas[key])

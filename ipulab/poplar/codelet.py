@@ -8,6 +8,7 @@ an Input fails to compile (numba) or raises (python mode).
 from __future__ import annotations
 
 import traceback
+from functools import partial
 from typing import NamedTuple
 
 import numba
@@ -193,6 +194,21 @@ class Batch:
         break CPython's own parser)."""
         if self._fn is None:
             self.compile(arenas, arenas_ro)
+
+    def call(self, arenas, arenas_ro) -> tuple:
+        """(fn, args): the one call that runs every vertex of these arenas, made once (an
+        engine keeps it) so a step in one lane skips run_part's work; a failure of it is
+        failure(e)'s error."""
+        self.prepare(arenas, arenas_ro)
+        arrays = self._arrays(arenas, arenas_ro)
+        if self.mode == "python":
+            return (partial(_python_driver, self._fn, self.cls.multi, self.workers, self.kinds),
+                    (self.progress, arrays, self.plan))
+        return self._fn, (self.progress, *arrays, *self.plan)
+
+    def failure(self, e: Exception) -> CodeletError:
+        """The error of a failed call(): the vertex that progress says was running."""
+        return self._run_error(e, int(self.progress[0]))
 
     def run_part(self, arenas, arenas_ro, lo: int, hi: int) -> None:
         """Run the vertices of rows lo <= v < hi (lanes.py runs parts at once: vertices of a

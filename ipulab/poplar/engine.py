@@ -66,6 +66,7 @@ class _RunState:
         self.remote = engine._remote
         self.trace: list[int] = []
         self.lanes = engine._lanes        # threads a step may split its kernels over
+        self.calls = engine._calls        # a step's kernel calls on these arenas, made once
         self._engine = engine
         self._pos = dict(engine._stream_pos)
         self._pending: list = []
@@ -139,7 +140,7 @@ class Engine:
             raise EngineError(f"cannot load onto {device!r}: the graph was built for "
                               f"{self.target!r}")
         self._arenas = device.allocate(self._compiled.arena_sizes)
-        self._arenas_ro = {}
+        self._arenas_ro, self._calls = {}, {}
         for k, a in self._arenas.items():
             ro = a.view()
             ro.flags.writeable = False

@@ -3,10 +3,10 @@ batches that run it, and what it costs, from the graph's vertex columns (vertice
 
 Each connected (vertex, field, region) is a *slot*. A slot whose elements are contiguous and on
 its vertex's tile is used in place; any other gets a buffer on the vertex's tile, filled by an
-exchange before the compute phase (and sent back after it for outputs). Then the vertices of
-each codelet become one Batch (one numba call), and the step's cycles are the compute set's
-compute phase plus its exchange phases. Everything here works on arrays of slots and vertices:
-no Python per vertex.
+exchange before the compute phase (and sent back after it for outputs; the host copies only
+the reads it must, _runtime_reads). Then the vertices of each codelet become one Batch (one
+numba call), and the step's cycles are the compute set's compute phase plus its exchange
+phases. Everything here works on arrays of slots and vertices: no Python per vertex.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from ..errors import GraphError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
-from ..machine.kernels import alias_slots, first_marked, first_repeat, row_hashes, slot_runs, \
-    slots_in_place
+from ..machine.kernels import alias_slots, contiguous_slots, first_marked, first_repeat, \
+    row_hashes, slot_runs, slots_in_place
 from .actions import ComputeAction
 from .codelet import Batch, BatchPlan
 from .vertices import per_vertex, ragged
@@ -183,6 +183,7 @@ class Staging:
     post: list
     half_out: dict
     buffers: np.ndarray
+    pre_cost: list
 
 
 class ComputeSetLowering:
@@ -209,7 +210,7 @@ class ComputeSetLowering:
         c, slots = self.c, self.slots
         step = bsp.Step("execute", self.cs.name, c.T)
         c.rep.new_scratch()
-        staging = Staging([], [], {}, np.zeros(c.T, np.int64))
+        staging = Staging([], [], {}, np.zeros(c.T, np.int64), [])
         types = self._type_codes()
         touched = [self._place(np.flatnonzero(types == k), staging)
                    for k in range(len(self._types))]
@@ -220,12 +221,11 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post,
-                                    c.rep.r)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post, c.rep.r)
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)
-        c.record_traffic(step.index, [p for p, _ in staging.pre + staging.post])
+        c.record_traffic(step.index, [p for p, _ in staging.pre_cost + staging.post])
         c.touch(step, [r for r, _ in touched], [w for _, w in touched])
         return step
 
@@ -283,7 +283,7 @@ class ComputeSetLowering:
         slots.offset[sel[need]] = buf_start
         staging.buffers += np.bincount(tiles[need], weights=lens[need] * elem_bytes,
                                        minlength=c.T).astype(np.int64)
-        for to_buffer, mask, plans in ((True, reads[need], staging.pre),
+        for to_buffer, mask, plans in ((True, reads[need], staging.pre_cost),
                                        (False, writes[need], staging.post)):
             pick = need[mask]
             if pick.size:
@@ -291,8 +291,32 @@ class ComputeSetLowering:
                                  c.tile_of[key], to_buffer)
                 plans.append((c.rep.plan(CopyPlan.from_runs(c.target, *runs, elem_bytes), key),
                               key))
+        self._runtime_reads(key, elem_bytes, sel, need, buf_start, flat, staging)
         aliased = np.flatnonzero(shared >= 0)
         slots.offset[sel[aliased]] = slots.offset[sel[shared[aliased]]]
+
+    def _runtime_reads(self, key, elem_bytes, sel, need, buf_start, flat, staging) -> None:
+        """What the run copies before the compute phase (the cost and buffers above are every
+        tile's, as on the IPU): a read-only slot that is one range of the arena is read where
+        it is, and read-only slots of the same elements share the first one's buffer."""
+        c, slots = self.c, self.slots
+        cat, starts, lens, reads, writes = flat
+        pick = need[reads[need]]
+        if pick.size == 0:
+            return
+        ro = pick[~writes[pick]]
+        flat_ro = contiguous_slots(cat, starts[ro], lens[ro])
+        slots.offset[sel[ro[flat_ro]]] = cat[starts[ro[flat_ro]]]
+        rest = np.flatnonzero(~flat_ro)
+        alias = alias_slots(cat, starts, lens, np.zeros(sel.size, np.int64), ro[rest])
+        same = rest[alias >= 0]
+        slots.offset[sel[ro[same]]] = buf_start[np.searchsorted(need, ro[rest[alias[alias >= 0]]])]
+        copy = np.setdiff1d(pick, np.concatenate([ro[flat_ro], ro[same]]), assume_unique=True)
+        if copy.size:
+            runs = slot_runs(cat, starts[copy], lens[copy], buf_start[np.searchsorted(need, copy)],
+                             slots.tile[sel][copy], c.tile_of[key], True)
+            staging.pre.append((c.rep.plan(CopyPlan.from_runs(c.target, *runs, elem_bytes), key),
+                                key))
 
     def _check_hazards(self, key, sel, cat, starts, lens, reads, writes) -> None:
         """Reject overlapping writes, reads of written data, and writes to constants."""
@@ -361,7 +385,7 @@ class ComputeSetLowering:
 
     def _cost(self, step: bsp.Step, staging: Staging, estimates: np.ndarray) -> None:
         c, v = self.c, self.v
-        on_tile_pre = c.plan_phases(step, staging.pre)
+        on_tile_pre = c.plan_phases(step, staging.pre_cost)
         multi = np.array([cls.multi for cls in v.codelets], bool)[v.batch] if v.vid.size \
             else np.zeros(0, bool)
         r = c.rep.r

@@ -11,10 +11,10 @@ np.dot on 2-D views, which calls BLAS (scipy's, which numba uses for linear alge
 about 4x faster than the best numba loop nest for tile-sized blocks (75 vs 15-27 GFLOP/s for
 blocks like 128x45x128 on an AVX-512 laptop core). Its summation order is BLAS's own, so there
 python mode (numpy's BLAS) may differ from compiled mode in the last bits, as with a
-`fastmath` codelet. Smaller slabs -- most of them when a small network is spread over
-thousands of tiles -- go to rows_product, where a BLAS call would cost more than the work:
-eight columns at a time in SIMD lanes, summed over k in order, the same bits in every mode
-and on every host.
+`fastmath` codelet. Smaller blocks -- most of them when a small network is spread over
+thousands of tiles -- go whole to rows_product, where a BLAS call would cost more than the
+work: four rows by sixteen columns at a time in SIMD lanes, each output summed over k in
+order, the same bits in every mode and on every host.
 
 [MODEL] The cycle figures: the AMP (accumulating matrix product) unit of a Mk2/Bow tile does
 fp32_flops_per_cycle_per_tile / 2 = 16 fp32 MACs per cycle (64 for fp16). With all six workers
@@ -79,130 +79,115 @@ def reduce_worker_cycles(n_out, num_partials, accumulate=False, workers: int = W
 
 
 @njit(cache=True, inline="always")
-def _lanes(a, b, c, k, n, i, j):
-    """c[i, j:j+8]: one row, eight columns."""
-    acc = f32x8_zero()
+def _four_rows(a, b, c, k, n, i, j0, j1):
+    """c[i:i+4, j0:j0+8] and c[i:i+4, j1:j1+8]: eight chains in flight, each load of b
+    serving four rows and each element of a two column groups."""
+    p0 = f32x8_zero()
+    p1 = f32x8_zero()
+    p2 = f32x8_zero()
+    p3 = f32x8_zero()
+    q0 = f32x8_zero()
+    q1 = f32x8_zero()
+    q2 = f32x8_zero()
+    q3 = f32x8_zero()
+    r = i * k
     for kk in range(k):
-        acc = f32x8_axpy(acc, a[u(i * k + kk)], f32x8_load(b, kk * n + j))
-    f32x8_store(c, i * n + j, acc)
+        v = f32x8_load(b, kk * n + j0)
+        w = f32x8_load(b, kk * n + j1)
+        x0 = a[u(r + kk)]
+        x1 = a[u(r + k + kk)]
+        x2 = a[u(r + 2 * k + kk)]
+        x3 = a[u(r + 3 * k + kk)]
+        p0 = f32x8_axpy(p0, x0, v)
+        q0 = f32x8_axpy(q0, x0, w)
+        p1 = f32x8_axpy(p1, x1, v)
+        q1 = f32x8_axpy(q1, x1, w)
+        p2 = f32x8_axpy(p2, x2, v)
+        q2 = f32x8_axpy(q2, x2, w)
+        p3 = f32x8_axpy(p3, x3, v)
+        q3 = f32x8_axpy(q3, x3, w)
+    f32x8_store(c, i * n + j0, p0)
+    f32x8_store(c, i * n + j1, q0)
+    f32x8_store(c, (i + 1) * n + j0, p1)
+    f32x8_store(c, (i + 1) * n + j1, q1)
+    f32x8_store(c, (i + 2) * n + j0, p2)
+    f32x8_store(c, (i + 2) * n + j1, q2)
+    f32x8_store(c, (i + 3) * n + j0, p3)
+    f32x8_store(c, (i + 3) * n + j1, q3)
 
 
 @njit(cache=True, inline="always")
-def _lanes_two_rows(a, b, c, k, n, i, j):
-    """c[i:i+2, j:j+8]: each load of b serves two rows."""
-    acc0 = f32x8_zero()
-    acc1 = f32x8_zero()
-    for kk in range(k):
-        v = f32x8_load(b, kk * n + j)
-        acc0 = f32x8_axpy(acc0, a[u(i * k + kk)], v)
-        acc1 = f32x8_axpy(acc1, a[u(i * k + k + kk)], v)
-    f32x8_store(c, i * n + j, acc0)
-    f32x8_store(c, i * n + n + j, acc1)
-
-
-@njit(cache=True, inline="always")
-def _wide_lanes(a, b, c, k, n, i, j):
-    """c[i, j:j+16]: two accumulators in flight."""
-    acc0 = f32x8_zero()
-    acc1 = f32x8_zero()
+def _one_row(a, b, c, k, n, i, j0, j1):
+    """c[i, j0:j0+8] and c[i, j1:j1+8]."""
+    p = f32x8_zero()
+    q = f32x8_zero()
     for kk in range(k):
         x = a[u(i * k + kk)]
-        acc0 = f32x8_axpy(acc0, x, f32x8_load(b, kk * n + j))
-        acc1 = f32x8_axpy(acc1, x, f32x8_load(b, kk * n + j + LANES))
-    f32x8_store(c, i * n + j, acc0)
-    f32x8_store(c, i * n + j + LANES, acc1)
+        p = f32x8_axpy(p, x, f32x8_load(b, kk * n + j0))
+        q = f32x8_axpy(q, x, f32x8_load(b, kk * n + j1))
+    f32x8_store(c, i * n + j0, p)
+    f32x8_store(c, i * n + j1, q)
 
 
 @njit(cache=True, inline="always")
-def _wide_lanes_two_rows(a, b, c, k, n, i, j):
-    """c[i:i+2, j:j+16]: four accumulators in flight, each load serving two of them."""
-    acc0 = f32x8_zero()
-    acc1 = f32x8_zero()
-    acc2 = f32x8_zero()
-    acc3 = f32x8_zero()
-    for kk in range(k):
-        x0 = a[u(i * k + kk)]
-        x1 = a[u(i * k + k + kk)]
-        v0 = f32x8_load(b, kk * n + j)
-        v1 = f32x8_load(b, kk * n + j + LANES)
-        acc0 = f32x8_axpy(acc0, x0, v0)
-        acc1 = f32x8_axpy(acc1, x0, v1)
-        acc2 = f32x8_axpy(acc2, x1, v0)
-        acc3 = f32x8_axpy(acc3, x1, v1)
-    f32x8_store(c, i * n + j, acc0)
-    f32x8_store(c, i * n + j + LANES, acc1)
-    f32x8_store(c, i * n + n + j, acc2)
-    f32x8_store(c, i * n + n + j + LANES, acc3)
-
-
-@njit(cache=True, inline="always")
-def rows_product(a, b, c, k, n, r0, r1, j0, j1):
+def rows_product(a, b, c, k, n, r0, r1):
     """c[i*n + j] = the sum over kk = 0, 1, ... (in that order, from +0.0) of
-    a[i*k + kk] * b[kk*n + j], for rows r0 <= i < r1 and columns j0 <= j < j1.
+    a[i*k + kk] * b[kk*n + j], for rows r0 <= i < r1 and every column j.
 
-    Eight columns at a time in SIMD lanes, with the same roundings as one column at a time;
-    past the last full eight, one more eight ending at j1 (recomputing a few columns, to the
-    same bits) rather than a column at a time. Two rows and sixteen columns at a time where
-    they are there: each output's sum is still its own chain, in order, but several chains are
-    in flight (one chain waits on its adds). Rows narrower than eight go column by column.
-    Indices are unsigned (u): numba checks every signed index for a negative value, which
-    here costs as much as the arithmetic."""
-    i = r0
-    while i < r1:
-        two = i + 1 < r1
-        if j1 - j0 >= LANES:
-            j = j0
-            while j < j1:
-                j = min(j, j1 - LANES)
-                wide = j + 2 * LANES <= j1
-                if two and wide:
-                    _wide_lanes_two_rows(a, b, c, k, n, i, j)
-                elif two:
-                    _lanes_two_rows(a, b, c, k, n, i, j)
-                elif wide:
-                    _wide_lanes(a, b, c, k, n, i, j)
-                else:
-                    _lanes(a, b, c, k, n, i, j)
-                j += 2 * LANES if wide else LANES
-        else:
-            for r in range(i, i + 1 + two):
-                for j in range(j0, j1):
-                    s = np.float32(0.0)
-                    for kk in range(k):
-                        s += a[u(r * k + kk)] * b[u(kk * n + j)]
-                    c[u(r * n + j)] = s
-        i += 1 + two
+    Sixteen columns at a time in SIMD lanes (two groups of eight; past the last full eight,
+    one more eight ending at n, recomputing a few columns to the same bits), with the same
+    roundings as one column at a time; four rows at a time where they are there, so that
+    eight chains are in flight (one chain waits on its adds), each output's sum still its own
+    chain, in order. Rows narrower than eight go column by column. Indices are unsigned (u):
+    numba checks every signed index for a negative value, which here costs as much as the
+    arithmetic."""
+    if n < LANES:
+        for i in range(r0, r1):
+            for j in range(n):
+                s = np.float32(0.0)
+                for kk in range(k):
+                    s += a[u(i * k + kk)] * b[u(kk * n + j)]
+                c[u(i * n + j)] = s
+        return
+    j = 0
+    while j < n:
+        j0 = min(j, n - LANES)
+        j1 = min(j0 + LANES, n - LANES)
+        i = r0
+        while i + 4 <= r1:
+            _four_rows(a, b, c, k, n, i, j0, j1)
+            i += 4
+        while i < r1:
+            _one_row(a, b, c, k, n, i, j0, j1)
+            i += 1
+        j = j0 + 2 * LANES
 
 
 def _matmul_block(worker_id, dims, a, b, c):
     m = np.int64(dims[0])
     k = np.int64(dims[1])
     n = np.int64(dims[2])
-    if m >= 6:                           # a slab of rows per worker
+    if m >= 6 and k > 0 and (m + 5) // 6 * k * n >= BLAS_MACS:
+        # a slab of rows per worker, each big enough for BLAS (or one row short of it)
         r0 = worker_id * m // 6
         r1 = (worker_id + 1) * m // 6
-        if k > 0 and (r1 - r0) * k * n >= BLAS_MACS:
+        if (r1 - r0) * k * n >= BLAS_MACS:
             np.dot(a[r0 * k:r1 * k].reshape((r1 - r0, k)), b.reshape((k, n)),
                    c[r0 * n:r1 * n].reshape((r1 - r0, n)))
         else:
-            rows_product(a, b, c, k, n, r0, r1, 0, n)
-        return
-    # a short block: each row's columns split over parts = 6 // m workers, dealt row by row
-    # (worker_id // parts and % parts by subtraction: a division costs more than the work)
-    parts = 6 if m == 1 else 3 if m == 2 else 2 if m == 3 else 1
-    i, part = 0, worker_id
-    while part >= parts:
-        part -= parts
-        i += 1
-    if i < m:
-        rows_product(a, b, c, k, n, i, i + 1, part * n // parts, (part + 1) * n // parts)
+            rows_product(a, b, c, k, n, r0, r1)
+    elif worker_id == 0:        # a small block: on the host, in one go (same sums)
+        rows_product(a, b, c, k, n, 0, m)
 
 
 class MatMulBlock(MultiVertex):
     """c = a @ b for one block: a (m x k), b (k x n), c (m x n), all row-major, dims = [m, k, n].
 
-    Each worker takes a slab of rows (or, with fewer than six rows, part of a row's columns)
-    and multiplies it with BLAS. c holds float partials, whatever the input type.
+    On the tile each worker takes a slab of rows (or, with fewer than six rows, part of a
+    row's columns), as the cycle estimate says. On the host a block whose slabs reach
+    BLAS_MACS is multiplied slab by slab with BLAS; a smaller one runs whole in worker 0's
+    call (each output's sum is its own chain, so how the rows are shared does not change a
+    bit). c holds float partials, whatever the input type.
     """
 
     macs_per_cycle = 16       # fp32 AMP of a Mk2/Bow tile; variants for other chips and types
