@@ -102,6 +102,11 @@ class Layer(Block):
         return mc.once(("weight", self.index, name),
                        lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
 
+    def read_last(self, ipu, run, name: str) -> None:
+        """Its backward's last read of weight `name`: RTS's gathered copy dies (step.drop)."""
+        if run.rts and run.last:
+            ipu.free(("weight", self.index, name))
+
     def forward(self, ipu, run, x):
         """The ops of its forward on one micro-batch; where its output lies."""
         ipu.hold(("act", run.micro_batch, self.index), 0)

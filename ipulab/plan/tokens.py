@@ -90,12 +90,6 @@ class Tokens(Layer):
             mc.once(("grad", self.index, key), lambda: g)
             ipu.hold(("wgrad", self.index, key), g, "gradients")
 
-    def read_last(self, ipu, run, name: str) -> None:
-        """Its backward has read weight `name` for the last time (its input gradient's
-        product): RTS's gathered copy dies here, the others at the end of its backward."""
-        if run.rts and run.last:
-            ipu.free(("weight", self.index, name))
-
     def output(self, ipu, run, y):
         ipu.hold(("act", run.micro_batch, self.index), y)
         return y
