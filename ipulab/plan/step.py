@@ -6,7 +6,8 @@ layer's cost class (layers.py) says what it builds, and a tiles.Ipu counts it th
 once (supersteps, code/constants/vertex state/exchange buffers, liveness):
 
   batch in     the host's FIFOs copy the batch into the first stage's input (the fp16 cast
-               of the master weights, an all-gather of them under RTS);
+               of the master weights, an all-gather of them under RTS, each gathered
+               weight live until its last read);
   forward      every micro-batch's forward (a pipeline: all of them, then the backwards, as
                GPipe), the loss on the last stage;
   backward     each block's backward (recompute: its forward rebuilt first, from its input:
@@ -16,8 +17,10 @@ once (supersteps, code/constants/vertex state/exchange buffers, liveness):
                Dropout): its ops only;
   update       the replicas' ring all-reduce of the gradients (RTS: reduce-scatter, and an
                all-gather of the updated weights), the optimizer's maps over this replica's
-               weights, its state to and from Streaming Memory when it lives there; phased:
-               every phase's weights and state streamed in and out.
+               weights, its state to and from Streaming Memory when it lives there (live
+               from its load to its store); phased (nn/phased.py): last phase first, each
+               phase's backward then its update, its weights and state streamed in and out
+               (gathered again for its forward and its backward under RTS).
 
 Cycles: a stage's supersteps per micro-batch are zipped across the stages into the slots of
 a pipeline phase (poplar.parallel: stage s works on micro-batch k − s in slot k, each shared
