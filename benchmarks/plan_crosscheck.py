@@ -14,7 +14,9 @@ profile.memory_total over one IPU's tiles (plan.crosscheck_row). The course CNN 
 on 16-tile IPUs, a 2-layer GPT (nn.small_gpt() and variants: post-norm, Dropout, ReLU,
 bidirectional, a wider feed-forward) on 32-tile IPUs, learning ipulab.data.sort_tokens(),
 the GPT also under tensor parallelism as nn/megatron.py builds it (Megatron's t = 2 and 4,
-PopXL's 2-D 2x2) with the other mechanisms (TP_GRID).
+PopXL's 2-D 2x2) with the other mechanisms (TP_GRID); and notebook 12's runs of its GPT
+(16 positions, Adam) on 4-tile IPUs, where weights and optimizer state outweigh the
+activations, so that what RTS and phases free is what decides the fullest IPU (SMALL_GRID).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ RUNS_PER_PROCESS = 4
 
 TILES = 16
 GPT_TILES = 32      # popops.multi_slice needs a tile per column block of the table
+SMALL_TILES = 4     # notebook 12's Pod16: devices.pod(16, tiles_per_ipu=4)
 
 
 def mlp():
@@ -52,7 +55,8 @@ MODELS = {"cnn": nn.default_cnn, "mlp": mlp, "gpt": nn.small_gpt,
           "gpt-dropout": lambda: gpt(dropout=0.1),
           "gpt-relu": lambda: gpt(activation="relu", ffn=128),
           "gpt-bidirectional": lambda: gpt(causal=False, heads=2),
-          "gpt-wide": lambda: gpt(ffn=512, norm_first=False, dropout=0.1)}
+          "gpt-wide": lambda: gpt(ffn=512, norm_first=False, dropout=0.1),
+          "gpt-16": lambda: nn.small_gpt(seq_len=16)}      # notebook 12's
 GRID = (
     dict(replicas=16, batch_size=8), dict(replicas=16, batch_size=16),
     dict(replicas=16, batch_size=32),
@@ -144,12 +148,23 @@ TP_GRID = (      # over t IPUs of a stage: heads, feed-forward and vocabulary sp
 )
 CASES = [(name, options) for name in ("cnn", "mlp") for options in GRID] + list(GPT_GRID) + \
     list(TP_GRID)
+NB12 = dict(optimizer="adam", lr=3e-3, eps=1e-4)
+SMALL_GRID = (      # notebook 12's section 4, every run that fits on 4-tile IPUs
+    ("gpt-16", dict(replicas=4, batch_size=4, tensor_parallel=4, **NB12)),
+    ("gpt-16", dict(replicas=4, batch_size=4, tensor_parallel=(2, 2), **NB12)),
+    ("gpt-16", dict(replicas=4, batch_size=4, pipeline=4, micro_batches=4, **NB12)),
+    ("gpt-16", dict(replicas=16, batch_size=1, rts=True, **NB12)),
+    ("gpt-16", dict(replicas=16, batch_size=1, phases=2, **NB12)),
+)
+EVERY = CASES + [(name, options, SMALL_TILES) for name, options in SMALL_GRID]
 
 
 def run(name: str, options: dict, tiles: int | None = None) -> dict:
-    """Simulate one mapping and predict it: a row of the table."""
+    """Simulate one mapping and predict it: a row of the table. A model of tokens learns
+    to sort questions of half its positions."""
     model = MODELS[name]()
-    x, y, _, _ = data.sort_tokens() if model.takes_tokens else data.digits()
+    x, y, _, _ = data.sort_tokens(length=model[1].max_len // 2) if model.takes_tokens else \
+        data.digits()
     tiles = tiles or (GPT_TILES if model.takes_tokens else TILES)
     trainer = nn.Trainer(model, devices.pod(16, tiles_per_ipu=tiles), **options)
     n = trainer.global_batch_size
@@ -162,10 +177,10 @@ def _run(case) -> dict:
 
 
 def main(cases=None) -> list[dict]:
-    """Every (model, mapping) of the grid (or `cases`), printed as a table with the worst
-    errors; returns the rows. A few runs per worker process: a process keeps its last
-    compiled steps in memory, and a GPT's are large."""
-    cases = cases or CASES
+    """Every (model, mapping[, tiles per IPU]) of the grid (or `cases`), printed as a table
+    with the worst errors; returns the rows. A few runs per worker process: a process keeps
+    its last compiled steps in memory, and a GPT's are large."""
+    cases = cases or EVERY
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=RUNS_PER_PROCESS) as pool:
         rows = pool.map(_run, cases, chunksize=1)
     head = ("model", "mapping", "plan cycles", "sim cycles", "err", "plan B/IPU", "sim B/IPU",
@@ -176,7 +191,7 @@ def main(cases=None) -> list[dict]:
                        f"{r['bytes_error']:+.1%}") for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     print(f"\nThe planner (its cycle model) against the simulator (Pod16, {TILES} tiles per IPU; "
-          f"the GPT's {GPT_TILES})")
+          f"the GPT's {GPT_TILES}, gpt-16's {SMALL_TILES})")
     for row in table:
         print("  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
                                for i, (c, w) in enumerate(zip(row, widths))))
@@ -197,6 +212,6 @@ def within(rows: list[dict]) -> bool:
 
 
 if __name__ == "__main__":
-    chosen = [(n, o) for n, o in CASES if not sys.argv[1:] or
-              n.split("-")[0] in sys.argv[1:]]
+    chosen = [case for case in EVERY if not sys.argv[1:] or
+              case[0].split("-")[0] in sys.argv[1:]]
     sys.exit(0 if within(main(chosen)) else 1)

@@ -85,6 +85,7 @@ class Layer(Block):
     work: int = 0
     simulated: ClassVar[bool] = True
     cut_before: ClassVar[bool] = True      # a pipeline stage (or phase) may begin here
+    grad_reads_weights: ClassVar[bool] = True   # its input gradient is a product with them
 
     def key(self, what: str) -> str:
         return f"{self.index}.{type(self).__name__}/{what}"
@@ -100,6 +101,11 @@ class Layer(Block):
         mc = ipu.mc
         return mc.once(("weight", self.index, name),
                        lambda: mc.addr.linear(shape, types.FLOAT, mc.graph.num_tiles))
+
+    def read_last(self, ipu, run, name: str) -> None:
+        """Its backward's last read of weight `name`: RTS's gathered copy dies (step.drop)."""
+        if run.rts and run.last:
+            ipu.free(("weight", self.index, name))
 
     def forward(self, ipu, run, x):
         """The ops of its forward on one micro-batch; where its output lies."""
@@ -199,8 +205,6 @@ class Product(Layer):
         if self.relu:
             ipu.map(self.key("relu"), out, *ReLU.cost["forward"], codelet="relu")
         ipu.hold(("act", mb, i), pre)
-        if run.rts and i == run.first_weighted:
-            ipu.free(("weight", i))       # the first layer's weights: read only here
         return out
 
     def backward(self, ipu, run, dy):
@@ -226,8 +230,6 @@ class Product(Layer):
         dx = None
         if i > run.first_weighted:
             dx = self.input_gradient(ipu, run)
-        if run.rts:
-            ipu.free(("weight", i))
         for key in ("dy", "input", "act"):
             ipu.free((key, mb, i))
         return dx

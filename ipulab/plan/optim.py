@@ -81,14 +81,15 @@ class Optimizer:
         tensors), state tensors mapped like the weights, the step count on the first
         weight's tile; LAMB's norms one reduction per tensor (with RTS a shard's: their sums
         all-reduced over the replicas by `ring`, update.Ring); off_chip: the state loaded from Streaming
-        Memory for the update (live only then)."""
+        Memory for the update (all of it live until it is stored back after it)."""
         from . import ops
         mc = ipu.mc
         t = {"w": weights, "g": grads}
-        for name in (("v",) if self.name == "sgd" else ("m", "v2"))[:self.state_elements]:
+        state = (("v",) if self.name == "sgd" else ("m", "v2"))[:self.state_elements]
+        for name in state:
             t[name] = mc.addr.like(weights)
             if off_chip:
-                ipu.transient(t[name], "optimizer_state")
+                ipu.hold(("state", name), t[name], "optimizer_state")
         if any("t" in s.inputs for g in self.groups for s in g):
             t["t"] = mc.addr.new((1,), weights.where.ravel()[:1], types.FLOAT)
         for group in self.groups:
@@ -107,6 +108,8 @@ class Optimizer:
                                  [side(s) for s in group])
             if self.norms and group[0].name == "u":
                 self._norms(ipu, t, sizes, ring)
+        for name in state:
+            ipu.free(("state", name))
 
     def _norms(self, ipu, t, sizes, ring) -> None:
         """LAMB: per tensor the sums of squares of w and u (side by side), the trust ratios,

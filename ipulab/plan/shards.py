@@ -251,6 +251,7 @@ def norm_grad(layer, ipu, run, part, dy: Placed, need_dx: bool):
     xhat = ops.map_op(ipu, name(sc + "normalised"), E._1 * E._2, [centred, _per_row(inv, dy)])
     layer.save(ipu, run, sc + "xhat", xhat)
     g = ops.map_op(ipu, name(sc + "scaled_grad"), E.cast(E._1, F) * E.cast(E._2, F), [dy, w])
+    layer.read_last(ipu, run, sc + "weight")
     layer.save(ipu, run, sc + "g", g)
     both = ops.map_op(ipu, name(sc + "scaled_grad_x"), E._1 * E._2, [g, xhat])
     layer.save(ipu, run, sc + "both", both)

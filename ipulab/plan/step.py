@@ -6,7 +6,8 @@ layer's cost class (layers.py) says what it builds, and a tiles.Ipu counts it th
 once (supersteps, code/constants/vertex state/exchange buffers, liveness):
 
   batch in     the host's FIFOs copy the batch into the first stage's input (the fp16 cast
-               of the master weights, an all-gather of them under RTS);
+               of the master weights, an all-gather of them under RTS, each gathered
+               weight live until its last read);
   forward      every micro-batch's forward (a pipeline: all of them, then the backwards, as
                GPipe), the loss on the last stage;
   backward     each block's backward (recompute: its forward rebuilt first, from its input:
@@ -16,8 +17,10 @@ once (supersteps, code/constants/vertex state/exchange buffers, liveness):
                Dropout): its ops only;
   update       the replicas' ring all-reduce of the gradients (RTS: reduce-scatter, and an
                all-gather of the updated weights), the optimizer's maps over this replica's
-               weights, its state to and from Streaming Memory when it lives there; phased:
-               every phase's weights and state streamed in and out.
+               weights, its state to and from Streaming Memory when it lives there (live
+               from its load to its store); phased (nn/phased.py): last phase first, each
+               phase's backward then its update, its weights and state streamed in and out
+               (gathered again for its forward and its backward under RTS).
 
 Cycles: a stage's supersteps per micro-batch are zipped across the stages into the slots of
 a pipeline phase (poplar.parallel: stage s works on micro-batch k − s in slot k, each shared
@@ -58,8 +61,14 @@ class Pass:
     batch: int = 0
     recompute: bool = False
     grid: tuple = (1, 1)          # t1 x t2 (a transformer's shards, nn/megatron.py)
+    micro_batches: int = 1        # the passes of this kind in a step (a pipeline's M)
     inputs: dict = field(default_factory=dict)
     saved: dict = field(default_factory=dict)
+
+    @property
+    def last(self) -> bool:
+        """Whether it is the step's last pass of its kind (the last to read the weights)."""
+        return self.micro_batch == self.micro_batches - 1
 
 
 @dataclass
@@ -172,11 +181,12 @@ class StepWalk:
         self.last_logits = runs[0].saved.get("logits")
         for run in runs:
             ipu.clock = cost.backward if run.micro_batch == 0 else None
-            self.backward(ipu, s, blocks, run)
+            self.backward(ipu, s, blocks, run, cost)
         ipu.clock, ipu.live = None, False
         self.evaluation(ipu, s, blocks, builds, last)
         ipu.clock, ipu.live = cost.update, True
-        self.update(ipu, s, blocks, per_phase, shard)
+        if not m.phased:                    # phased: each phase's after its backward
+            self.update(ipu, s, blocks, blocks)
         cost.memory = ipu.memory(always)
         weights = int(self.on_ipu(blocks))
         weights = ceil(weights / m.replicas) if m.rts else weights
@@ -186,7 +196,8 @@ class StepWalk:
     def run(self, mb: int, train: bool) -> Pass:
         m = self.m
         return Pass(m.micro_batch_size, mb, train, m.t, m.rts, m.pipeline > 1,
-                    self.first_weighted, self.batch, m.recompute, m.tensor_parallel)
+                    self.first_weighted, self.batch, m.recompute, m.tensor_parallel,
+                    m.micro_batches if m.pipeline > 1 else 1)
 
     def batch_input(self):
         """A placed model's batch: [B, ...] (token ids INT) mapped linearly on the first
@@ -197,14 +208,12 @@ class StepWalk:
                                                          mc.graph.num_tiles))
 
     def step_tensors(self, ipu, s: int, blocks, params: int) -> None:
-        """What lives the whole step: RTS's gathered weights (of the largest phase when
-        phased), the fp16 weights, a pipeline's accumulators, the first stage's batch (and
-        the copies that bring it in)."""
+        """What the step starts with: RTS's gathered weights (phased: each phase gathers
+        its own, forward and backward), the fp16 weights, a pipeline's accumulators, the
+        first stage's batch (and the copies that bring it in)."""
         m, mc = self.m, self.mc
-        gathered = max(([i for i in ph if i in blocks] for ph in self.phases()),
-                       key=lambda ls: self.weights(ls).elements) if m.phased else blocks
-        for i in gathered if m.rts else ():      # phased: one phase's at a time
-            ipu.hold(("weight", i), self.weights([i]).elements * FLOAT, "weights")
+        if m.rts and not m.phased:
+            self.gather(ipu, blocks)
         if mc.E == 2:
             ipu.hold("half weights", params * mc.E, "weights")
         if m.pipeline > 1:
@@ -221,25 +230,66 @@ class StepWalk:
         if s == m.pipeline - 1:
             ipu.control(8)
 
+    def gather(self, ipu, layers) -> None:
+        """RTS: the weights of `layers` all-gathered from this replica's shard into the
+        layers' own tensors (each mapped linearly on its own; a placed model's as its ops read
+        them), each live until its last read (drop)."""
+        for i in layers:
+            if self.placed:
+                for name, shape in self.weights_of(i):
+                    ipu.hold(("weight", i, name), self.layers[i].master(ipu, name, shape),
+                             "weights")
+            elif self.layers[i].params:
+                ipu.hold(("weight", i), self.weights([i]).elements * FLOAT, "weights")
+
+    @staticmethod
+    def drop(ipu, i: int) -> None:
+        """RTS: layer i's gathered weights after their last read."""
+        for key in [k for k in ipu.held if isinstance(k, tuple) and k[:2] == ("weight", i)]:
+            ipu.free(key)
+
+    def read_back(self, i: int) -> bool:
+        """Whether layer i's backward reads its weights: its input gradient's product
+        (none for the first layer with weights, nor for a table whose gradient is a sum of
+        the output's: Layer.grad_reads_weights)."""
+        return i > self.first_weighted and self.layers[i].grad_reads_weights
+
     def forward(self, ipu, s: int, blocks, run: Pass, cost: StageCost, last: bool) -> None:
-        """One micro-batch's forward on this stage (and the loss on the last)."""
+        """One micro-batch's forward on this stage (and the loss on the last). RTS: a
+        layer's gathered weights die after its last forward when its backward reads none
+        (or, phased, reads the phase's backward copies, gathered again)."""
         m, mc, mb = self.m, self.mc, run.micro_batch
         ipu.clock = cost.forward if mb == 0 else None
         x = self.arrive(ipu, blocks, run)
-        for seg in self.segments(blocks):
-            for i in seg:
-                run.inputs[i] = x
-                x = self.layers[i].forward(ipu, run, x)
-            for i in seg[:-1] if m.recompute else ():
-                ipu.free(("act", mb, i))
-            for i in seg if m.recompute else ():      # rebuilt before their backward
-                getattr(self.layers[i], "forget", lambda ipu, run: None)(ipu, run)
+        for part in self.parts(blocks):
+            if m.rts and m.phased:
+                self.gather(ipu, part)
+            x = self.forward_part(ipu, run, part, x)
         run.saved["logits"] = x
         if last:
             run.saved["dlogits"] = self.spec.loss.forward(ipu, run, x,
                                                           ("grad", mb, blocks[-1]))
         elif m.pipeline > 1:                       # to the next stage, its gradient back
             ipu.control(2 * mc.staged(run.n * self.outputs(blocks[-1])).tiles)
+
+    def parts(self, blocks) -> list[list[int]]:
+        """The stage's layers phase by phase (one part when not phased)."""
+        return [p for p in ([i for i in ph if i in blocks] for ph in self.phases()) if p]
+
+    def forward_part(self, ipu, run: Pass, part, x):
+        """The forward of a phase's layers (a stage's when not phased)."""
+        m, mb = self.m, run.micro_batch
+        for seg in self.segments(part):
+            for i in seg:
+                run.inputs[i] = x
+                x = self.layers[i].forward(ipu, run, x)
+                if m.rts and run.last and (m.phased or not (m.recompute or self.read_back(i))):
+                    self.drop(ipu, i)
+            for i in seg[:-1] if m.recompute else ():
+                ipu.free(("act", mb, i))
+            for i in seg if m.recompute else ():      # rebuilt before their backward
+                getattr(self.layers[i], "forget", lambda ipu, run: None)(ipu, run)
+        return x
 
     def arrive(self, ipu, blocks, run: Pass) -> Layout:
         """Where a micro-batch's input lies: the batch on the first stage; the previous
@@ -277,24 +327,35 @@ class StepWalk:
         t2 = self.m.tensor_parallel[1]
         return to_shard(ipu, f"{name} to the shards", x[..., :x.shape[-1] // t2])
 
-    def backward(self, ipu, s: int, blocks, run: Pass) -> None:
+    def backward(self, ipu, s: int, blocks, run: Pass, cost: StageCost) -> None:
         """One micro-batch's backward on this stage: each block's forward rebuilt first when
-        recomputing, then its layers' backwards (none before the first layer with weights)."""
-        mb, dy = run.micro_batch, run.saved.get("dlogits")
+        recomputing, then its layers' backwards (none before the first layer with weights).
+        Phased (nn/phased.py), last phase first: its weights gathered again under RTS, its
+        backward, then its update (into cost.update) before the phase before it."""
+        m, mb, dy = self.m, run.micro_batch, run.saved.get("dlogits")
         if self.placed and blocks[-1] < len(self.layers) - 1:    # from the next stage
             shape = (run.n,) + tuple(self.spec.dims["shapes"][blocks[-1] + 1])
             dy = self.mc.addr.linear(shape, self.mc.dtype, self.mc.graph.num_tiles)
             ipu.hold(("grad", mb, blocks[-1]), dy)
             dy = self.to_shards(ipu, dy, f"{blocks[-1]}.output_grad")
-        for seg in reversed(self.segments(blocks)):
-            if seg[-1] < self.first_weighted:
-                break
-            if self.m.recompute and any(self.layers[i].params for i in seg):
-                for i in seg:
-                    self.layers[i].forward(ipu, run, run.inputs[i])
-            for i in reversed(seg):
-                if i >= self.first_weighted:
-                    dy = self.layers[i].backward(ipu, run, dy)
+        for part in reversed(self.parts(blocks)):
+            if m.rts and m.phased:
+                self.gather(ipu, [i for i in part if i >= self.first_weighted])
+            for seg in reversed(self.segments(part)):
+                if seg[-1] < self.first_weighted:
+                    break
+                if m.recompute and any(self.layers[i].params for i in seg):
+                    for i in seg:
+                        self.layers[i].forward(ipu, run, run.inputs[i])
+                for i in reversed(seg):
+                    if i >= self.first_weighted:
+                        dy = self.layers[i].backward(ipu, run, dy)
+                    if m.rts and run.last:
+                        self.drop(ipu, i)
+            if m.phased:
+                clock, ipu.clock = ipu.clock, cost.update
+                self.update(ipu, s, blocks, part)
+                ipu.clock = clock
         for i in blocks:
             ipu.free(("act", mb, i))
         ipu.free(("act", mb, blocks[0] - 1))
@@ -317,15 +378,18 @@ class StepWalk:
         elif last and not own:
             ipu.arg_max(self.m.micro_batch_size)
 
-    def update(self, ipu, s: int, blocks, per_phase: list, shard: int) -> None:
-        """The step's end on this IPU, phase by phase (update.py): the fp16 copies, a
-        pipeline's accumulators, the replicas' collectives, the optimizer. Each weight is
-        updated where it lives (the shared ones read by no other shard)."""
+    def update(self, ipu, s: int, blocks, part) -> None:
+        """The update of this stage's layers of one phase (of all of them when not phased)
+        on its IPU (update.py): the fp16 copies, a pipeline's accumulators, the replicas'
+        collectives, the optimizer. Each weight is updated where it lives (the shared ones
+        read by no other shard). The replicas' ring carries the phase's gradients of every
+        stage."""
         shared, self.mc.shared = self.mc.shared, {}
-        for phase in self.phases():
-            total = sum(math.prod(shape) for i in phase for _, shape in self.weights_of(i))
-            self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
-                self, ipu, [i for i in phase if i in blocks], total)
+        phase = next(ph for ph in self.phases() if part[0] in ph) if self.m.phased else \
+            range(len(self.layers))
+        total = sum(math.prod(shape) for i in phase for _, shape in self.weights_of(i))
+        self.ring_cycles[s] = self.ring_cycles.get(s, 0) + update_placed(
+            self, ipu, [i for i in part if i in blocks], total)
         self.mc.shared = shared
 
     # --- the step ---------------------------------------------------------------------------

@@ -146,6 +146,7 @@ class Embedding(Tokens):
     vocab: int = 0
     dim: int = 0
     positions: int = 1
+    grad_reads_weights: ClassVar[bool] = False     # its gradient is dy added into a table
 
     @classmethod
     def of(cls, vocab: int, dim: int, positions: int = 1, index: int = 0, work: int = 0,
@@ -188,6 +189,7 @@ class PositionalEmbedding(Tokens):
     max_len: int = 0
     dim: int = 0
     positions: int = 1
+    grad_reads_weights: ClassVar[bool] = False     # its gradient is dy summed over the batch
 
     @classmethod
     def of(cls, max_len: int, dim: int, positions: int, index: int = 0, work: int = 0,
@@ -246,6 +248,7 @@ class NormPart:
         stats = (layer.saved(run, self.scope + "mean"), layer.saved(run, self.scope + "inv_std"))
         dx, sums = ops.layer_norm_grad(ipu, layer.op_name(self.scope + "layer_norm_grad"), x, dy,
                                        *stats, g, need_dx)
+        layer.read_last(ipu, run, self.scope + "weight")
         sums = sums.reshape((2 * self.dim,))
         layer.gradient_made(ipu, run, self.scope + "weight", sums[:self.dim])
         layer.gradient_made(ipu, run, self.scope + "bias", sums[self.dim:])
@@ -342,6 +345,7 @@ class LinearPart:
             w = layer.weight(ipu, self.scope + "weight", (self.fout, self.fin))
             dx = ops.mat_mul(ipu, layer.op_name(self.scope + "input_grad"), dy2, w)
             dx = dx.reshape(dy.shape[:-1] + (self.fin,))
+            layer.read_last(ipu, run, self.scope + "weight")
         layer.release(ipu, run, self.scope + "dy")
         return dx
 

@@ -48,7 +48,7 @@ def update_placed(walk, ipu, layers, total: int) -> int:
         out = mc.addr.like(grads)
         ring.all_reduce(grads, out, "all_reduce")
         grads = out
-    off_chip = m.optimizer_state == "off-chip" and not m.phased
+    off_chip = m.optimizer_state == "off-chip" or m.phased     # phases stream it too
     walk.opt.update_placed(ipu, weights, grads, sizes, ring if m.rts else None, off_chip)
     if walk.dropout:
         ops.map_op(ipu, "dropout/next_seed", E._1 + 1, [ipu.seed()[:1]], in_place=True)
