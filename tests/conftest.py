@@ -2,6 +2,9 @@
 
 Devices are immutable, so they are session-scoped (hypothesis tests may use them too).
 """
+import ctypes
+import gc
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -14,6 +17,19 @@ settings.register_profile(
     "ipulab", max_examples=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile("ipulab")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory_after_each_file():
+    """A worker runs file after file (make test: xdist --dist loadfile): give back what a file's
+    trainers and executables held before the next, so no worker grows over the whole suite."""
+    yield
+    poplar.executables.forget_in_memory()
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)         # glibc keeps freed arenas otherwise
+    except (OSError, AttributeError):
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -55,9 +55,16 @@ def folder() -> Path:
     return cache_root() / "executables"
 
 
+def forget_in_memory() -> None:
+    """Drop the executables kept in this process's memory (the disk keeps its copies): a
+    long-lived process that builds many different graphs, a test worker or a grader, holds
+    MEMORY_ENTRIES of its largest otherwise."""
+    _memory.clear()
+
+
 def clear() -> int:
     """Forget every executable, in memory and on disk; returns the files removed."""
-    _memory.clear()
+    forget_in_memory()
     removed = 0
     for path in folder().glob("*.exe"):
         path.unlink(missing_ok=True)
