@@ -111,6 +111,7 @@ PAR_FORGERIES = {
     "ex09.fast_step": _slow("ex09.fast_step"),
     "ex10.fastest": _slow("ex10.fastest"),
     "ex11.min_wait": _slow("ex11.min_wait"),
+    "ex12.fastest": _slow("ex12.fastest"),
 }
 
 
