@@ -222,6 +222,24 @@ def test_a_quick_compile_stays_in_memory(cache, monkeypatch):
     assert X.entries() == [] and len(X._memory) == 1
 
 
+def test_memory_keeps_at_most_its_bytes_of_executables(cache, monkeypatch):
+    """Big executables (a Pod16 GPT's is ~270 MB) are not kept eight at a time: the oldest go
+    once the entries' bytes pass MEMORY_BYTES; the newest always stays; the disk keeps all."""
+    run(*build(value=1.0))
+    one = X.entries()[0].stat().st_size
+    monkeypatch.setattr(X, "MEMORY_BYTES", one + one // 2)
+    run(*build(value=2.0))
+    assert len(X._memory) == 1 and len(X.entries()) == 2
+    monkeypatch.setattr(X, "MEMORY_BYTES", 1)
+    run(*build(value=1.0))                          # from disk: its size counts too
+    assert len(X._memory) == 1 and len(cache) == 2
+    monkeypatch.setattr(X, "MEMORY_BYTES", 10 * one)
+    run(*build(value=2.0))
+    assert len(X._memory) == 2 and len(cache) == 2
+    X.forget_in_memory()
+    assert not X._memory and len(X.entries()) == 2
+
+
 def test_cli_reports_and_clears(cache, capsys):
     run(*build())
     assert cli.main(["cache", "info"]) == 0

@@ -6,7 +6,8 @@ tile mapping, variables and constants, compute sets, vertex columns and their co
 handles, streams, remote buffers), the programs, the codelet mode and ipulab's own source.
 Equal keys mean equal executables; a change anywhere is a new key, never a stale hit.
 
-Entries live in memory (the last few, per process) and on disk under $IPULAB_CACHE (default
+Entries live in memory (the last few, per process, at most $IPULAB_CACHE_MEMORY_MB, 1 GB, of
+them) and on disk under $IPULAB_CACHE (default
 ~/.cache/ipulab)/executables, one file per key (graphs that took at least
 $IPULAB_CACHE_MIN_SECONDS, 0.1 s, to compile; the folder kept under $IPULAB_CACHE_MB, 2 GB,
 least recently used first out), signed with a secret of that folder: a file
@@ -38,11 +39,14 @@ from .tensor import Tensor
 
 MAGIC = b"IPULAB-EXE-1\n"
 MEMORY_ENTRIES = 8
+# ... and at most this many bytes of them (the size of their disk entries; a Pod16 GPT's is
+# ~270 MB): the newest entry always stays.
+MEMORY_BYTES = int(float(os.environ.get("IPULAB_CACHE_MEMORY_MB", "1024")) * 2**20)
 # Only what took this long to compile goes to disk (loading a small graph is no faster than
 # compiling it), and the folder is kept under a size: oldest entries go first.
 DISK_MIN_SECONDS = float(os.environ.get("IPULAB_CACHE_MIN_SECONDS", "0.1"))
 DISK_LIMIT_BYTES = int(float(os.environ.get("IPULAB_CACHE_MB", "2048")) * 2**20)
-_memory: OrderedDict = OrderedDict()
+_memory: OrderedDict = OrderedDict()    # key -> (executable, bytes of its disk entry or 0)
 _codelet_ids: dict = {}
 _package_digest = None
 
@@ -208,14 +212,14 @@ def _secret() -> bytes:
     return data
 
 
-def _store(key: str, compiled) -> None:
+def _store(key: str, compiled) -> int:
     """Write the executable to disk, atomically; quietly skipped if it cannot be stored
-    (a codelet defined in a notebook) or written."""
+    (a codelet defined in a notebook) or written. Returns the bytes of its entry (0: none)."""
     buf = io.BytesIO()
     try:
         RecipePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(compiled)
     except (pickle.PicklingError, AttributeError, TypeError):
-        return
+        return 0
     payload = buf.getvalue()
     try:
         sig = hmac.new(_secret(), key.encode() + payload, hashlib.sha256).digest()
@@ -226,6 +230,7 @@ def _store(key: str, compiled) -> None:
         _trim()
     except OSError:
         pass
+    return len(payload)
 
 
 def _trim() -> None:
@@ -271,24 +276,34 @@ def compiled_for(graph: Graph, programs: list, mode: str, compile_graph, use_cac
     if not (use_cache and enabled()):
         return compile_graph(state, programs, mode)
     key = executable_key(state, programs, mode)
-    compiled = _memory.get(key)
+    compiled, size = _memory.get(key, (None, 0))
     if compiled is None:
         compiled = _load(key)
+        path = folder() / f"{key}.exe"
         if compiled is None:
             start = time.perf_counter()
             compiled = compile_graph(state, programs, mode)
             compiled.graph = None
             if time.perf_counter() - start >= DISK_MIN_SECONDS:
-                _store(key, compiled)
-    _memory[key] = compiled
-    _memory.move_to_end(key)
-    while len(_memory) > MEMORY_ENTRIES:
-        _memory.popitem(last=False)
+                size = _store(key, compiled)
+        elif path.exists():
+            size = path.stat().st_size
+    _keep(key, compiled, size)
     out = _copy(compiled)
     out.graph = GraphSummary(state, {k: a.tile_of[:a.size].copy()
                                      for k, a in state.arenas.items()})
     out.cache_key = key
     return out
+
+
+def _keep(key: str, compiled, size: int) -> None:
+    """Keep the executable in memory as the newest, dropping the oldest while more than
+    MEMORY_ENTRIES, or MEMORY_BYTES, are kept."""
+    _memory[key] = (compiled, size)
+    _memory.move_to_end(key)
+    while len(_memory) > 1 and (len(_memory) > MEMORY_ENTRIES or
+                                sum(b for _, b in _memory.values()) > MEMORY_BYTES):
+        _memory.popitem(last=False)
 
 
 def _copy(compiled):
