@@ -10,15 +10,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import plan_crosscheck  # noqa: E402
-from ipulab.poplar import executables  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _one_executable_at_a_time():
-    """Each case builds a graph no other case shares; a Pod16 GPT's executable is ~270 MB, and
-    the process would keep the last 8 (executables.MEMORY_ENTRIES) to no use."""
-    yield
-    executables.forget_in_memory()
 
 CASES = [
     ("cnn", dict(replicas=16, batch_size=16)),
