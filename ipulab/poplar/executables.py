@@ -60,9 +60,8 @@ def folder() -> Path:
 
 
 def forget_in_memory() -> None:
-    """Drop the executables kept in this process's memory (the disk keeps its copies): a
-    long-lived process that builds many different graphs, a test worker or a grader, holds
-    MEMORY_ENTRIES of its largest otherwise."""
+    """Drop the executables kept in this process's memory (the disk keeps its copies): for a
+    long-lived process, a test worker or a grader, between pieces of work that share none."""
     _memory.clear()
 
 
