@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from ..errors import CodeletError
-from .codelet_cache import cached_driver
+from .codelet_cache import cached_driver, compiling
 from .regions import regions, view
 from .rewrite import half_fields, rewrite
 
@@ -173,7 +173,8 @@ class Batch:
         driver = _driver_for(self.cls, self.mode, self.kinds, self.workers)
         args = (self.progress, *self._arrays(arenas, arenas_ro), *self.plan)
         try:
-            driver.compile(tuple(numba.typeof(a) for a in args))
+            with compiling(driver):
+                driver.compile(tuple(numba.typeof(a) for a in args))
         except Exception as e:  # numba typing / lowering errors
             text = str(e)
             why = ("it writes to an Input field, which is read-only: declare the field InOut "

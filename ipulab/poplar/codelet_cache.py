@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numba
@@ -27,6 +28,7 @@ _OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
 
 
 OFF = ("off", "0", "false", "no")
+PREFIX = "ipulab_codelet_"
 
 
 def cache_root() -> Path:
@@ -86,7 +88,7 @@ def cached_driver(cls, mode: str, driver_source: str):
     text = _source(cls, mode, driver_source, mod)
     stamp = (Path(mod.__file__).read_bytes() + _OWN_SOURCES + numba.__version__.encode()
              + text.encode())
-    name = f"ipulab_codelet_{cls.__name__}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
+    name = f"{PREFIX}{cls.__name__}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
     if name not in sys.modules:
         path = cache_dir() / f"{name}.py"
         if not path.exists():
@@ -99,3 +101,27 @@ def cached_driver(cls, mode: str, driver_source: str):
         spec.loader.exec_module(module)
         sys.modules[name] = module
     return sys.modules[name].driver
+
+
+@contextmanager
+def compiling(driver):
+    """Held while numba compiles a driver, or loads it from numba's cache: for a driver of this
+    cache, a lock on its file, so a second process (another notebook, a test worker) that needs
+    the same codelet at once waits and then loads what the first saved, instead of compiling
+    it again. Where the folder cannot be locked (read-only, no fcntl), nothing is held."""
+    module = getattr(getattr(driver, "py_func", None), "__module__", "") or ""
+    lock = None
+    if module.startswith(PREFIX):
+        try:
+            import fcntl
+            lock = open(cache_dir() / f"{module}.lock", "a")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            if lock is not None:
+                lock.close()
+            lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.close()                 # closing the file releases the lock
