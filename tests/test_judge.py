@@ -83,7 +83,7 @@ def test_os_exit_crashes_only_what_came_after(tmp_path):
 
 
 def test_an_endless_loop_times_out(tmp_path):
-    result = graded(notebook(tmp_path, "solutions", (13, "while True:\n    pass")), timeout=12)
+    result = graded(notebook(tmp_path, "solutions", (13, "while True:\n    pass")), timeout=18)
     assert statuses(result)["ex01.six_workers"] == "timed out"
     assert statuses(result)["ex01.worker_cycles"] == "passed"
 
