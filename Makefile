@@ -13,10 +13,11 @@ lab: $(STAMP)
 	$(VENV)/bin/ipulab course workspace
 	$(VENV)/bin/ipulab lab
 
-# Two workers (pytest-xdist), each notebook (and each test file) whole on one of them.
+# Workers (pytest-xdist), each notebook and each test file whole on one of them, the slowest
+# first (conftest.py).
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The benchmarks compare a training step with PyTorch's on the CPU (the bench extra, once;
 # pip takes a CPU-only build where it finds one, e.g. PIP_FIND_LINKS or PyTorch's CPU index).

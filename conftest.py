@@ -1,11 +1,56 @@
 """Test-session settings shared by tests/, notebooks/ and solutions/ (nbval kernels inherit the
 environment): course checks record progress in a throwaway file, not in the learner's home,
-and compiled executables are not written to the cache folder."""
+and compiled executables are not written to the cache folder. Under `make test` (pytest-xdist
+--dist loadfile) each file is one unit of work, the browser test two, and the slowest start
+first."""
 import os
 import tempfile
+
+import pytest
 
 os.environ.setdefault("IPULAB_PROGRESS",
                       os.path.join(tempfile.mkdtemp(prefix="ipulab-test-"), "progress.json"))
 # The executable cache stays in memory here: a test run would otherwise write a gigabyte of
 # short-lived executables to disk (tests/test_executable_cache.py covers the disk).
 os.environ.setdefault("IPULAB_CACHE_MIN_SECONDS", "60")
+
+BROWSER = "tests/browser/test_notebook_in_browser.py"
+BROWSER_SHARES = 2          # the browser test's notebooks, in this many units (one JupyterLab each)
+# The files that take longest (a minute or more of a 2-core run, measured), slowest first: a
+# worker that takes one of them last would finish long after the other.
+SLOWEST_FIRST = [BROWSER, "tests/test_course.py", "tests/test_judge.py",
+                 "tests/test_plan_crosscheck.py", "tests/test_judge_class.py",
+                 "tests/test_transformer_run.py", "tests/test_plan_api.py",
+                 "tests/test_benchmarks_smoke.py", "tests/test_judge_wire.py",
+                 "tests/test_transformer_scale_out.py", "notebooks/12_a_transformer_on_a_pod.ipynb",
+                 "notebooks/09_bow2000_cnn_training.ipynb", "notebooks/08_many_ipus.ipynb",
+                 "notebooks/10_scaling_to_pods.ipynb"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The slowest files first (a stable sort: each file's tests keep their order)."""
+    rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (a notebook's cells share one kernel, a module its fixtures), except
+    that the browser test's notebooks go in BROWSER_SHARES units, run by workers at once."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileUnits(LoadFileScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.shares = {}
+
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::")[0]
+            if path != BROWSER or not nodeid.endswith("]"):
+                return path
+            share = self.shares.setdefault(nodeid, len(self.shares) % BROWSER_SHARES)
+            return f"{path}[share {share}]"
+
+    return FileUnits(config, log)

@@ -21,7 +21,7 @@ settings.load_profile("ipulab")
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_memory_after_each_file():
-    """A worker runs file after file (make test: xdist --dist loadfile): give back what a file's
+    """A worker runs file after file (make test: xdist, a file at a time): give back what a file's
     trainers and executables held before the next, so no worker grows over the whole suite."""
     yield
     poplar.executables.forget_in_memory()

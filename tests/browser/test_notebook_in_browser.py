@@ -17,9 +17,9 @@ figure and widget for a full Bow-2000, issue 3), which must finish within its TI
 entry.
 
 Under pytest-xdist the notebooks share one browser and one JupyterLab per worker (module
-fixtures); with `--dist loadgroup` they all go to one worker (xdist_group "browser"), with
-plain `-n` they are spread and each worker starts its own: every check is per notebook, so
-either way is sound. It needs Chromium
+fixtures); `make test` (--dist loadfile) runs them in two shares, on two workers at once
+(the root conftest.py), and each worker starts its own: every check is per notebook, so any
+split is sound. It needs Chromium
 ($IPULAB_CHROMIUM, else /usr/bin/chromium or another usual place: `sudo apt-get install
 chromium` on Debian/Ubuntu, `brew install --cask chromium` on macOS) and the playwright package
 (the `dev` extra; Playwright's own browser download is never used). Without them it skips, and
@@ -40,10 +40,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-# One browser and one JupyterLab serve every notebook of this module: under pytest-xdist's
-# --dist loadgroup they stay on one worker.
-pytestmark = pytest.mark.xdist_group("browser")
 
 # notebook -> what must render in it besides error-free outputs: "widgets" (ipywidgets) and/or
 # "bokeh" (at least one bokeh canvas). Every course notebook with a widget or a figure is here
@@ -432,12 +428,12 @@ def _screenshot(page, path):
                             || p.querySelector('.jp-Notebook'));
             return s ? s.scrollHeight : 0; }}""")
         page.set_viewport_size({"width": 1400, "height": int(min(max(height + 250, 1000), 15000))})
-        page.wait_for_timeout(500)
+        page.wait_for_timeout(250)
         page.evaluate(f"""() => {{
             const p = document.querySelector('{PANEL}');
             for (const s of p ? p.querySelectorAll('.jp-WindowedPanel-outer, .jp-Notebook') : [])
                 s.scrollTop = 0; }}""")
-        page.wait_for_timeout(1000)
+        page.wait_for_timeout(400)
     except Exception:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
