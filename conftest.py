@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@pytest.hookimpl(optionalhook=True)     # a hook of pytest-xdist: without it, not called
 def pytest_xdist_make_scheduler(config, log):
     """--dist loadfile (a notebook's cells share one kernel, a module its fixtures), except
     that the browser test's notebooks go in BROWSER_SHARES units, run by workers at once."""
