@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import ipulab
 from ipulab import poplar
+from ipulab.course.codelets import SumPartials
 from ipulab.poplar import program as prog
 
 
@@ -302,18 +303,6 @@ def test_profile_memory_of_vertices_and_buffers(dev4):
     assert prof.memory["code"][2] > prof.memory["code"][1]
 
 
-class Total(poplar.Vertex):
-    f = poplar.Input(poplar.Vector[poplar.FLOAT])
-    out = poplar.Output(poplar.FLOAT)
-
-    @staticmethod
-    def compute(f, out):
-        s = np.float32(0)
-        for x in f:
-            s += x
-        out[0] = s
-
-
 @pytest.mark.parametrize("scattered", [False, True])
 def test_reads_shared_at_run_time_are_still_exchanged_to_every_tile(dev4, scattered):
     """Vertices on tiles 1-3 read the same elements of tile 0 (one range, or every other
@@ -326,7 +315,7 @@ def test_reads_shared_at_run_time_are_still_exchanged_to_every_tile(dev4, scatte
     part = f[::2] if scattered else f[:12]
     for t in (1, 2, 3):
         g.set_tile_mapping(out[t - 1], t)
-        g.add_vertex(cs, Total, {"f": part, "out": out[t - 1]}, tile=t)
+        g.add_vertex(cs, SumPartials, {"p": part, "out": out[t - 1]}, tile=t)
     g.create_host_write("f", f)
     g.create_host_read("out", out)
     values = np.arange(24, dtype=np.float32)
