@@ -13,8 +13,9 @@ import ipulab
 from ipulab import poplar, popops, poputil
 from ipulab.poplar import codelet, program as prog
 from ipulab.poplar.codelet_cache import PREFIX
-go = sys.argv[1]
+go, give_up = sys.argv[1], time.monotonic() + 60
 while not os.path.exists(go):                  # both processes start compiling together
+    assert time.monotonic() < give_up, "never told to go"
     time.sleep(0.01)
 dev = ipulab.devices.ipu("ipu2", tiles_per_ipu=4)
 g = poplar.Graph(dev.target)
@@ -43,10 +44,15 @@ def test_two_processes_compile_a_library_codelet_once(tmp_path):
     time.sleep(1.0)
     go.touch()
     results = []
-    for p in procs:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:                 # nothing left behind if one failed or hung
+            p.kill()
+            p.wait()
     drivers = results[0]["drivers"]
     assert drivers >= 1 and results[1]["drivers"] == drivers
     assert sum(r["compiled"] for r in results) == drivers, results       # once, by either

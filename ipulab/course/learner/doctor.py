@@ -83,14 +83,14 @@ def check_numba() -> list[Finding]:
         out.append(Finding("numba JIT", False, f"cannot compile: {type(e).__name__}: {e}",
                            f"{PIP} --force-reinstall numba llvmlite"))
         return out
-    from ...poplar.codelet_cache import cache_dir
+    from ...poplar.codelet_cache import PREFIX, cache_dir
     d = cache_dir()
     try:
         d.mkdir(parents=True, exist_ok=True)
         probe = d / f".doctor.{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
-        cached = len(list(d.glob("ipulab_codelet_*.py")))
+        cached = len(list(d.glob(f"{PREFIX}*.py")))
         out.append(Finding("codelet cache", True, f"{d} is writable; {cached} library codelet "
                            "build(s) cached" + ("" if cached else " (the first run of a library "
                                                  "operation compiles it once, then it is cached)")))
