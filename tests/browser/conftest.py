@@ -44,12 +44,6 @@ def _summary():
     return line, {"red": True} if failed else {"green": True}
 
 
-def pytest_configure(config):
-    """The mark that keeps the browser tests on one xdist worker (--dist loadgroup), known
-    whether or not pytest-xdist is installed."""
-    config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
-
-
 def pytest_unconfigure(config):
     """After pytest's own summary, so the line is the last one printed."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")

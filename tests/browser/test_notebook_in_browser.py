@@ -11,15 +11,18 @@ throw-away workspace outside the checkout, and JupyterLab (127.0.0.1, free port,
 throw-away config/data/runtime dirs with a "python3" kernelspec pointing at this interpreter,
 the workspace's own Jupyter config as `ipulab lab` gives it) is rooted there. Running each
 notebook must leave `git status --porcelain` of the checkout's course folders as it was. A
-screenshot of each notebook goes to test-artifacts/browser/. It runs every course notebook
+screenshot of each notebook goes to test-artifacts/browser/ (a JPEG: encoding a PNG of a
+notebook's full height took a second). It runs every course notebook
 with a widget or a figure (all of them) and tests/browser/bow2000_views.ipynb (every viz
 figure and widget for a full Bow-2000, issue 3), which must finish within its TIME_LIMITS
 entry.
 
-Under pytest-xdist the notebooks share one browser and one JupyterLab per worker (module
-fixtures); `make test` (--dist loadfile) runs them in two shares, on two workers at once
-(the root conftest.py), and each worker starts its own: every check is per notebook, so any
-split is sound. It needs Chromium
+The notebooks share one browser, one JupyterLab server and one JupyterLab page per pytest
+worker (module fixtures): each notebook opens in the page, and closes with its kernel shut
+down after its checks (loading JupyterLab anew took 3.5 s of a notebook's 10); a notebook
+that fails gets the page closed, so the next starts on a fresh one. `make test`
+(--dist loadfile) runs them in two shares, on two workers at once (the root conftest.py),
+and each worker starts its own: every check is per notebook, so any split is sound. It needs Chromium
 ($IPULAB_CHROMIUM, else /usr/bin/chromium or another usual place: `sudo apt-get install
 chromium` on Debian/Ubuntu, `brew install --cask chromium` on macOS) and the playwright package
 (the `dev` extra; Playwright's own browser download is never used). Without them it skips, and
@@ -35,7 +38,6 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -87,6 +89,7 @@ PAGE_LOAD = 120
 KERNEL_START = 120
 RUN = float(os.environ.get("IPULAB_BROWSER_RUN_TIMEOUT", 180))
 RENDER = 30
+POLL = 250          # ms between looks at the page
 
 # The visible notebook panel (hidden panels of other tabs stay in the DOM with lm-mod-hidden).
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
@@ -272,6 +275,76 @@ def _stop_server(proc, base):
             proc.wait(timeout=10)
 
 
+VIEWPORT = {"width": 1400, "height": 1000}
+# Close every open document without a "save changes?" dialog (the workspace is thrown away).
+CLOSE_ALL_JS = """() => {
+  for (const w of [...window.jupyterapp.shell.widgets('main')]) {
+    if (w.context && w.context.model) w.context.model.dirty = false;
+    w.close();
+  }
+}"""
+
+
+class Lab:
+    """One JupyterLab page, loaded once and reused by notebook after notebook; the console
+    errors it logs go to `console`, which each notebook empties first."""
+
+    def __init__(self, browser, base):
+        self.browser, self.base = browser, base
+        self.context = self.page = None
+        self.console = []
+
+    def open(self, notebook):
+        """The page with the notebook opening in it (the page loaded first if need be)."""
+        if self.page is None:
+            self._load()
+        self.console.clear()
+        self.page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', "
+                           "{path, factory: 'Notebook'})", notebook)
+        return self.page
+
+    def _load(self):
+        self.context = self.browser.new_context(viewport=VIEWPORT)
+        self.context.set_default_timeout(30_000)
+        page = self.context.new_page()
+        page.on("console", lambda m: self.console.append(f"console.{m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        # ?reset: a clean JupyterLab workspace, nothing open
+        page.goto(f"{self.base}/lab?reset", wait_until="domcontentloaded",
+                  timeout=PAGE_LOAD * 1000)
+        page.wait_for_function("() => window.jupyterapp", timeout=PAGE_LOAD * 1000)
+        page.evaluate("() => window.jupyterapp.restored.then(() => true)")
+        self.page = page
+
+    def finish(self, passed: bool):
+        """Close the notebook; after a failure (or if it will not close), the page itself:
+        the next notebook loads a fresh one."""
+        try:
+            if passed:
+                self.page.evaluate(CLOSE_ALL_JS)
+                self.page.wait_for_selector(".jp-NotebookPanel", state="detached")
+                self.page.set_viewport_size(VIEWPORT)
+                return
+        except Exception:
+            self.drop()
+            raise
+        self.drop()
+
+    def drop(self):
+        if self.context is not None:
+            self.context.close()
+        self.context = self.page = None
+
+
+@pytest.fixture(scope="module")
+def lab(browser, jupyter_server):
+    """The page the notebooks open in, one after another."""
+    shared = Lab(browser, jupyter_server)
+    yield shared
+    shared.drop()
+
+
 # One JS snapshot of the visible notebook: DOM state plus, if window.jupyterapp is exposed, the
 # notebook model (execution counts and output types, independent of how they are drawn).
 STATE_JS = """(panelSel) => {
@@ -419,6 +492,20 @@ def _appears(locator):
         return False
 
 
+def _settled(page, js):
+    """What js reports once it reports the same twice in a row, POLL ms apart (or after
+    RENDER seconds)."""
+    seen = page.evaluate(js, PANEL)
+    deadline = time.monotonic() + RENDER
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(POLL)
+        now = page.evaluate(js, PANEL)
+        if now == seen:
+            break
+        seen = now
+    return seen
+
+
 def _screenshot(page, path):
     """The whole notebook: grow the viewport to the notebook's height, then screenshot."""
     try:
@@ -437,7 +524,7 @@ def _screenshot(page, path):
     except Exception:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(path), full_page=True, timeout=60_000)
+    page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80, timeout=60_000)
     return path
 
 
@@ -451,22 +538,16 @@ def _shutdown_kernel(base, path):
 
 
 @pytest.mark.parametrize("notebook", list(NOTEBOOKS))
-def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
+def test_notebook_in_browser(notebook, lab, jupyter_server, workspace):
     src = REPO / notebook
     cells = json.loads(src.read_text())["cells"]
     n_cells, n_code = len(cells), sum(c["cell_type"] == "code" for c in cells)
     rel = notebook                              # the workspace's copy, as a learner opens it
 
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    console = []
-    page.on("console", lambda m: console.append(f"console.{m.type}: {m.text}")
-            if m.type in ("error", "warning") else None)
-    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
     state, failed, notes = {}, True, []
-    shot, failed_shot = ARTIFACTS / f"{src.stem}.png", ARTIFACTS / f"{src.stem}-FAILED.png"
+    shot, failed_shot = ARTIFACTS / f"{src.stem}.jpg", ARTIFACTS / f"{src.stem}-FAILED.jpg"
     failed_shot.unlink(missing_ok=True)
+    console = lab.console
 
     def fail(msg):
         errs = []                               # distinct errors, first lines, with counts
@@ -488,11 +569,9 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
         state = page.evaluate(STATE_JS, PANEL)
         return state
 
+    t0 = time.monotonic()
+    page = lab.open(rel)
     try:
-        t0 = time.monotonic()
-        # ?reset: a clean workspace, so only this notebook is open.
-        page.goto(f"{jupyter_server}/lab/tree/{urllib.parse.quote(rel)}?reset",
-                  wait_until="domcontentloaded", timeout=PAGE_LOAD * 1000)
         page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell", timeout=PAGE_LOAD * 1000)
 
         # The kernel starts: wait for idle, accepting a "Select Kernel" dialog if one appears.
@@ -506,7 +585,7 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
             if time.monotonic() > deadline:
                 fail(f"notebook not loaded or kernel not idle after {KERNEL_START} s: "
                      f"{state.get('cells')} of {n_cells} cells shown, kernel {state.get('kernel')}")
-            page.wait_for_timeout(500)
+            page.wait_for_timeout(POLL)
         if len(state["prompts"]) != n_code:
             fail(f"the page shows {len(state['prompts'])} code cells, the notebook has {n_code}")
         if not state.get("exposed"):
@@ -525,7 +604,7 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
                 fail(f"cells still not all executed after {RUN:.0f} s")
             if state.get("dialog"):
                 notes.append(f"dialog during run: {_dismiss_dialogs(page)!r:.200}")
-            page.wait_for_timeout(500)
+            page.wait_for_timeout(POLL)
         run_seconds = time.monotonic() - t0
         notes.append(f"Run All to last cell {time.monotonic() - run_start:.1f} s")
 
@@ -545,7 +624,7 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
             deadline = time.monotonic() + RENDER
             while (roots := page.locator(f"{out} > .jupyter-widgets").count()) < views \
                     and time.monotonic() < deadline:
-                page.wait_for_timeout(500)
+                page.wait_for_timeout(POLL)
             notes.append(f"{roots} widget views drawn for {views} widget outputs, "
                          f"{widget_bits} .widget-* elements")
             if roots < views:
@@ -568,12 +647,11 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
             deadline = time.monotonic() + RENDER
             while (drawn := page.evaluate(BOKEH_DRAWN_JS, PANEL)) < shows \
                     and time.monotonic() < deadline:
-                page.wait_for_timeout(500)
+                page.wait_for_timeout(POLL)
             notes.append(f"{drawn} bokeh outputs drawn for {shows} show() outputs")
             if drawn < shows:
                 fail(f"only {drawn} of {shows} bokeh show() outputs drew a canvas")
-            page.wait_for_timeout(1000)             # layouts settle after the last draw
-            cut = page.evaluate(FIT_JS, PANEL)
+            cut = _settled(page, FIT_JS)            # layouts settle after the last draw
             widest = max(cut, key=lambda c: c["width"], default=None)
             if widest:
                 notes.append(f"widest figure {widest['width']} px (cell {widest['cell']}, "
@@ -604,8 +682,10 @@ def test_notebook_in_browser(notebook, browser, jupyter_server, workspace):
             _screenshot(page, failed_shot if failed else shot)
         except Exception as e:
             print(f"\n(screenshot failed: {e})")
-        _shutdown_kernel(jupyter_server, rel)
-        context.close()
+        try:
+            lab.finish(passed=not failed)
+        finally:
+            _shutdown_kernel(jupyter_server, rel)
 
 
 COURSE = ("notebooks/", "exercises/", "solutions/", "tests/browser/")
