@@ -61,8 +61,7 @@ def parallel(graph, programs, name: str = "parallel") -> Sequence:
                 out.add(Copy(concat([p.src.flatten() for p in group]),
                              concat([p.dst.flatten() for p in group]), name=f"{name}/copy {step}"))
         step += 1
-    for group in st.vertices.groups:
-        group.cs = remap.get(group.cs, group.cs)
+    st.vertices.move(remap)
     return out
 
 

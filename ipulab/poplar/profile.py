@@ -112,13 +112,20 @@ class Profile:
                 d["cycles"] += int(self._counts[i]) * cycles
         return out
 
-    def exchange_traffic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Over the run: (src_tile, dst_tile, bytes) for every pair of tiles that exchanged data."""
+    def _exchanged_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over the run: (src_tile, dst_tile, bytes) of every run that left its tile, times the
+        times its step ran (a pair of tiles once per run that joins them)."""
         parts = [(s, d, b * self._counts[i]) for i, (s, d, b) in self.traffic.items()
                  if self._counts[i]]
         if not parts:
             return (np.zeros(0, np.int64),) * 3
-        s, d, b = (np.concatenate(x) for x in zip(*parts))
+        return tuple(np.concatenate(x) for x in zip(*parts))
+
+    def exchange_traffic(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over the run: (src_tile, dst_tile, bytes) for every pair of tiles that exchanged data."""
+        s, d, b = self._exchanged_runs()
+        if not s.size:
+            return s, d, b
         pairs, inverse = np.unique(s * self.num_tiles + d, return_inverse=True)
         return pairs // self.num_tiles, pairs % self.num_tiles, np.bincount(
             inverse, weights=b).astype(np.int64)
@@ -164,7 +171,7 @@ class Profile:
         """The figures a training run reports about one step's profile: cycles and seconds,
         tiles used, the fullest tile's bytes, bytes moved on-chip and over IPU-Links, and to
         and from Streaming Memory (with the time those copies take)."""
-        src, dst, nbytes = self.exchange_traffic()
+        src, dst, nbytes = self._exchanged_runs()      # only totals: no pairs to sum up
         across = (src // self.tiles_per_ipu) != (dst // self.tiles_per_ipu)
         used = (self.memory_total > 0) | (self.compute_cycles > 0)
         return {

@@ -62,7 +62,7 @@ class Tensor:
     # --- what it is ------------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return tuple(int(s) for s in self._ids.shape)
+        return self._ids.shape
 
     @property
     def rank(self) -> int:

@@ -240,15 +240,30 @@ class VertexTable:
         self.groups: list[VertexGroup] = []
         self.starts: list[int] = []
         self.count = 0
+        self._of_cs: dict[int, list[VertexGroup]] = {}     # compute set -> its groups
 
     def add(self, group: VertexGroup) -> None:
         self.groups.append(group)
         self.starts.append(group.first)
         self.count += group.n
+        self._of_cs.setdefault(group.cs, []).append(group)
 
     def pop(self) -> None:
-        self.count -= self.groups.pop().n
+        group = self.groups.pop()
+        self.count -= group.n
         self.starts.pop()
+        mine = self._of_cs[group.cs]
+        del mine[next(i for i in range(len(mine) - 1, -1, -1) if mine[i] is group)]
+
+    def move(self, remap: dict[int, int]) -> None:
+        """Move the vertices of compute set a into compute set remap[a] (parallel() merging
+        compute sets), touching only their groups."""
+        for old, new in remap.items():
+            if old != new:
+                moved = self._of_cs.pop(old, [])
+                for g in moved:
+                    g.cs = new
+                self._of_cs.setdefault(new, []).extend(moved)
 
     def group_of(self, vid: int) -> tuple[VertexGroup, int]:
         if not 0 <= vid < self.count:
