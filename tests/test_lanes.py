@@ -2,27 +2,13 @@
 mode). The parts must give the same bits, and a failing codelet the same error, as one lane."""
 import numpy as np
 import pytest
+from codelets import Scale
 
 import ipulab
 from ipulab import poplar
 from ipulab.errors import CodeletError
 from ipulab.machine import lanes
 from ipulab.poplar import program as prog
-
-
-class Scale(poplar.Vertex):
-    """out = 3 * inp; raises on a negative first element (a learner's check in compiled
-    mode, where bounds are not checked but a raise still is)."""
-
-    inp = poplar.Input(poplar.Vector[poplar.FLOAT], name="in")
-    out = poplar.Output(poplar.Vector[poplar.FLOAT])
-
-    @staticmethod
-    def compute(inp, out):
-        if inp[0] < 0:
-            raise ValueError("negative input")
-        for i in range(len(inp)):
-            out[i] = inp[i] * np.float32(3)
 
 
 def _engine(replicas: int, rows: int = 512, cols: int = 96):

@@ -8,8 +8,11 @@ kernels) and appends its index to the trace; nothing at run time loops over tile
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
+
+from . import lanes
 
 PHASES = ("sync", "exchange", "inter_ipu_exchange", "host_exchange", "compute")
 
@@ -45,14 +48,109 @@ class Step:
 
 
 class Block:
-    """A sequence of nodes."""
+    """A sequence of nodes (run as replica_segments() groups them)."""
 
     def __init__(self, nodes):
         self.nodes = list(nodes)
+        self._runs = None
 
     def run(self, state) -> None:
-        for n in self.nodes:
+        if self._runs is None:
+            self._runs = replica_segments(self.nodes)
+        for n in self._runs:
             n.run(state)
+
+
+def _replicated(node) -> int:
+    """How many replicas a step's action can be cut into (replica_calls(state, lo, hi) gives
+    the kernel calls of replicas lo..hi); 0 if it cannot (a copy between replicas, a host
+    stream) or the node is not a step."""
+    a = getattr(node, "action", None) if isinstance(node, Step) else None
+    return a.replicas if hasattr(a, "replica_calls") and a.replicas > 1 else 0
+
+
+def _inlined(nodes):
+    """The nodes with nested Blocks replaced by their own nodes (running them is the same)."""
+    for n in nodes:
+        if isinstance(n, Block):
+            yield from _inlined(n.nodes)
+        else:
+            yield n
+
+
+def _shares_scratch(a, b) -> bool:
+    """Whether two lists of (arena, start, end) intervals overlap."""
+    return any(k == j and s < f and t < e for k, s, e in a for j, t, f in b)
+
+
+def replica_segments(nodes) -> list:
+    """The nodes to run, nested Blocks inlined, with each run of two or more consecutive
+    steps that can be cut into the same replicas, and whose exchange buffers (their actions'
+    `scratch`) lie apart, made one ReplicaSegment."""
+    out, run, taken = [], [], []
+
+    def close():
+        out.extend([ReplicaSegment(run, _replicated(run[0]))] if len(run) > 1 else run)
+        run.clear(), taken.clear()
+    for n in _inlined(nodes):
+        r = _replicated(n)
+        scratch = getattr(n.action, "scratch", ()) if r else ()
+        if run and (r != _replicated(run[0]) or _shares_scratch(scratch, taken)):
+            close()
+        if r:
+            run.append(n)
+            taken.extend(scratch)
+        else:
+            out.append(n)
+    if run:
+        close()
+    return out
+
+
+class ReplicaSegment:
+    """Consecutive steps that each touch every replica's memory apart (the compute sets and
+    copies of a replicated graph, between two of its copies between replicas). With several
+    lanes each lane takes whole replicas through all of them: one hand-over for the lot, not
+    one per step. Any split gives the same bits; a failure is the one a run in order meets
+    first (the earliest step, then the lowest replica)."""
+
+    def __init__(self, steps: list, replicas: int):
+        self.steps, self.replicas = list(steps), replicas
+        self.work = sum(s.action.work for s in self.steps)
+
+    def run(self, state) -> None:
+        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
+        if n == 1:
+            for s in self.steps:
+                s.run(state)
+            return
+        k = min(n, self.replicas)     # a part per lane: each part's kernel calls cost GIL time
+        parts = state.calls.get((self, k))
+        if parts is None:
+            parts = state.calls[(self, k)] = [self._calls(state, *lanes.share(self.replicas, i, k))
+                                              for i in range(k)]
+        failed = [None] * k
+        lanes.run([partial(_run_part, calls, i, failed) for i, calls in enumerate(parts)], n)
+        first = min((f for f in failed if f is not None), key=lambda f: f[:2], default=None)
+        if first is not None:
+            raise first[2]
+        state.trace.extend(s.index for s in self.steps)
+
+    def _calls(self, state, lo: int, hi: int) -> list:
+        """(position of its step, fn, args, failure) of every kernel call for replicas lo..hi."""
+        return [(j, *c) for j, s in enumerate(self.steps)
+                for c in s.action.replica_calls(state, lo, hi)]
+
+
+def _run_part(calls: list, i: int, failed: list) -> None:
+    """Part i's calls in order; a failure is kept in failed[i] as (step position, part, error)
+    for run() to raise once every part has stopped."""
+    for j, fn, args, failure in calls:
+        try:
+            fn(*args)
+        except Exception as e:
+            failed[i] = (j, i, e if failure is None else failure(e))
+            return
 
 
 class Loop:

@@ -134,16 +134,22 @@ class CopyPlan:
     def run(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> None:
         self.run_part(src_arena, dst_arena, 0, self.parts)
 
-    def call(self, src_arena: np.ndarray, dst_arena: np.ndarray) -> tuple | None:
-        """(fn, args): the one kernel call that run() makes (None: nothing to copy), for a
-        caller that makes it many times."""
+    def call(self, src_arena: np.ndarray, dst_arena: np.ndarray, lo: int = 0,
+             hi: int | None = None) -> tuple | None:
+        """(fn, args): the one kernel call that copies replicas lo <= i < hi (every replica
+        by default; a plan of one replica copies all of itself), for a caller that makes it
+        many times (None: nothing to copy)."""
         if self.num_elements == 0:
             return None
+        if self.replicas == 1:
+            lo, hi = 0, self.parts
+        elif hi is None:
+            hi = self.replicas
         if self.staged:
-            return self.run, (src_arena, dst_arena)
+            return self.run_part, (src_arena, dst_arena, lo, hi)
         if self.replicas > 1:
-            return copy_runs_replicated, (src_arena, dst_arena, *self._runs, *self._strides, 0,
-                                          self.replicas)
+            return copy_runs_replicated, (src_arena, dst_arena, *self._runs, *self._strides, lo,
+                                          hi)
         return copy_runs, (src_arena, dst_arena, *self._runs)
 
     @property

@@ -18,19 +18,20 @@ class ComputeAction:
     before the next begins. Either way every element gets the same bits as in order."""
 
     def __init__(self, pre: list, batches: list, half_out: dict, post: list,
-                 replicas: int = 1):
+                 replicas: int = 1, scratch: tuple = ()):
         self.pre, self.batches, self.half_out, self.post = pre, batches, half_out, post
         self.replicas = replicas
+        self.scratch = scratch      # (arena, start, end) its exchange buffers take
         self.work = sum(p.num_elements for p, _ in pre + post) + sum(
             int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
 
     def __call__(self, state) -> None:
         n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
-        for b in self.batches if n > 1 else ():
-            b.prepare(state.arenas, state.arenas_ro)
+        if n > 1:
+            self.prepare(state)
         if n > 1 and self.replicas > 1:
             k = lanes.parts_for(self.replicas, n)
-            lanes.run([partial(self._replicas, state, *lanes.share(self.replicas, i, k))
+            lanes.run([partial(self.run_replicas, state, *lanes.share(self.replicas, i, k))
                        for i in range(k)], n)
         elif n > 1:
             arenas = state.arenas
@@ -38,62 +39,68 @@ class ComputeAction:
             for plans in (self.pre, None, self.post):
                 if plans is None:
                     lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
-                    self._round_half(state, 0, 1)
+                    self._round_half(state.arenas, 0, 1)
                 elif plans:
                     lanes.run([partial(run_plans_part, plans, arenas, i, k)
                                for i in range(k)], n)
         else:
             self._in_turn(state)
 
+    def prepare(self, state) -> None:
+        """Compile the batches' drivers now, in the calling thread (see Batch.prepare)."""
+        for b in self.batches:
+            b.prepare(state.arenas, state.arenas_ro)
+
     def _in_turn(self, state) -> None:
-        """Everything in this thread: the kernel calls of _replicas(state, 0, replicas), made
-        once per engine's arenas (state.calls), so a step skips their set-up."""
+        """Everything in this thread: the kernel calls of every replica, made once per
+        engine's arenas (state.calls), so a step skips their set-up."""
         calls = state.calls.get(self)
         if calls is None:
-            calls = state.calls[self] = self._calls(state)
-        pre, batches, post = calls
-        for fn, args in pre:
-            fn(*args)
-        for b, fn, args in batches:
-            try:
-                fn(*args)
-            except Exception as e:
-                raise b.failure(e) from None
-        self._round_half(state, 0, self.replicas)
-        for fn, args in post:
-            fn(*args)
+            calls = state.calls[self] = self.replica_calls(state, 0, self.replicas)
+        run_calls(calls)
 
-    def _calls(self, state) -> tuple:
-        """(pre, batches, post): the copies' (fn, args), the batches' (batch, fn, args)."""
-        arenas = state.arenas
-        pre, post = ([c for c in (p.call(arenas[k], arenas[k]) for p, k in plans) if c]
-                     for plans in (self.pre, self.post))
-        return pre, [(b, *b.call(arenas, state.arenas_ro)) for b in self.batches], post
-
-    def _replicas(self, state, lo: int, hi: int) -> None:
-        """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
+    def replica_calls(self, state, lo: int, hi: int) -> list:
+        """The kernel calls that do everything for replicas lo <= i < hi (all of it on an
+        unreplicated graph), as (fn, args, failure) (see run_calls)."""
         arenas, r = state.arenas, self.replicas
-        for plan, key in self.pre:
-            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
-        for b in self.batches:
-            b.run_part(arenas, state.arenas_ro, lo * b.rows // r, hi * b.rows // r)
-        self._round_half(state, lo, hi)
-        for plan, key in self.post:
-            plan.run_part(arenas[key], arenas[key], *((lo, hi) if r > 1 else (0, plan.parts)))
+        calls = [(*c, None) for c in (p.call(arenas[k], arenas[k], lo, hi) for p, k in self.pre)
+                 if c]
+        calls += [b.call_part(arenas, state.arenas_ro, lo * b.rows // r, hi * b.rows // r)
+                  for b in self.batches]
+        if self.half_out:
+            calls.append((self._round_half, (arenas, lo, hi), None))
+        return calls + [(*c, None) for c in (p.call(arenas[k], arenas[k], lo, hi)
+                                              for p, k in self.post) if c]
+
+    def run_replicas(self, state, lo: int, hi: int) -> None:
+        """Everything for replicas lo <= i < hi (all of it on an unreplicated graph)."""
+        run_calls(self.replica_calls(state, lo, hi))
 
     def _rows(self, state, i: int, n: int) -> None:
         """Lane i of n's share of every batch's vertices."""
         for b in self.batches:
             b.run_part(state.arenas, state.arenas_ro, *lanes.share(b.rows, i, n))
 
-    def _round_half(self, state, lo: int, hi: int) -> None:
+    def _round_half(self, arenas: dict, lo: int, hi: int) -> None:
         """HALF outputs of replicas lo <= i < hi rounded (every replica's block of the
         addresses is the same size)."""
         for key, idx in self.half_out.items():
             per = idx.size // self.replicas
             idx = idx[lo * per:hi * per]
-            a = state.arenas[key]
+            a = arenas[key]
             a[idx] = round_half(a[idx])
+
+
+def run_calls(calls: list) -> None:
+    """Make the calls (fn, args, failure) in order; an exception e of one with a failure is
+    raised as failure(e) (a batch's error naming its vertex)."""
+    for fn, args, failure in calls:
+        try:
+            fn(*args)
+        except Exception as e:
+            if failure is None:
+                raise
+            raise failure(e) from None
 
 
 def run_plans_part(plans: list, arenas: dict, i: int, n: int) -> None:
@@ -109,6 +116,15 @@ class CopyAction:
     def __init__(self, plans: list):
         self.plans = plans
         self.work = sum(p.num_elements for p, _ in plans)
+        # the replicas it can be cut into: every plan's (1 for a copy between replicas)
+        counts = {p.replicas for p, _ in plans}
+        self.replicas = counts.pop() if len(counts) == 1 else 1
+
+    def replica_calls(self, state, lo: int, hi: int) -> list:
+        """The kernel calls that copy replicas lo <= i < hi of every plan, as (fn, args,
+        failure) (see run_calls)."""
+        return [(*c, None) for c in (p.call(state.arenas[k], state.arenas[k], lo, hi)
+                                     for p, k in self.plans) if c]
 
     def __call__(self, state) -> None:
         n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1

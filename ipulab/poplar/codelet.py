@@ -61,6 +61,20 @@ def _compute_for(cls, mode: str):
     return _computes[key]
 
 
+_array_types: dict = {}
+
+
+def _typeof(a: np.ndarray):
+    """numba's type of an arena or plan array, remembered by what decides it (numba.typeof
+    takes 20 us, and a GPT's compile asks it thousands of times)."""
+    f = a.flags
+    key = (a.dtype, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+    t = _array_types.get(key)
+    if t is None:
+        t = _array_types[key] = numba.typeof(a)
+    return t
+
+
 def _driver_for(cls, mode: str, kinds: tuple, workers: int):
     """The njit'ed batch driver (compiled or checked mode): cached on disk for library
     codelets, compiled in this process for codelets defined in a notebook."""
@@ -172,9 +186,13 @@ class Batch:
             return
         driver = _driver_for(self.cls, self.mode, self.kinds, self.workers)
         args = (self.progress, *self._arrays(arenas, arenas_ro), *self.plan)
+        sig = tuple(_typeof(a) for a in args)
+        if sig in driver.overloads:     # compiled for these types already (another batch)
+            self._fn = driver
+            return
         try:
             with compiling(driver):
-                driver.compile(tuple(numba.typeof(a) for a in args))
+                driver.compile(sig)
         except Exception as e:  # numba typing / lowering errors
             text = str(e)
             why = ("it writes to an Input field, which is read-only: declare the field InOut "
@@ -196,38 +214,35 @@ class Batch:
         if self._fn is None:
             self.compile(arenas, arenas_ro)
 
-    def call(self, arenas, arenas_ro) -> tuple:
-        """(fn, args): the one call that runs every vertex of these arenas, made once (an
-        engine keeps it) so a step in one lane skips run_part's work; a failure of it is
-        failure(e)'s error."""
+    def call_part(self, arenas, arenas_ro, lo: int, hi: int) -> tuple:
+        """(fn, args, failure): the one call that runs the vertices of rows lo <= v < hi, for a
+        caller that makes it many times (an engine keeps it), and failure(e), the error that
+        an exception e of that call means (the vertex its progress counter says was running).
+        Parts made for different rows can run at once: vertices of a compute set write
+        disjoint elements, and each part counts its own progress."""
         self.prepare(arenas, arenas_ro)
-        arrays = self._arrays(arenas, arenas_ro)
-        if self.mode == "python":
-            return (partial(_python_driver, self._fn, self.cls.multi, self.workers, self.kinds),
-                    (self.progress, arrays, self.plan))
-        return self._fn, (self.progress, *arrays, *self.plan)
-
-    def failure(self, e: Exception) -> CodeletError:
-        """The error of a failed call(): the vertex that progress says was running."""
-        return self._run_error(e, int(self.progress[0]))
-
-    def run_part(self, arenas, arenas_ro, lo: int, hi: int) -> None:
-        """Run the vertices of rows lo <= v < hi (lanes.py runs parts at once: vertices of a
-        compute set write disjoint elements)."""
-        self.prepare(arenas, arenas_ro)
-        if lo >= hi:
-            return
         arrays = self._arrays(arenas, arenas_ro)
         progress, plan = (self.progress, self.plan) if hi - lo == self.rows else \
             self._part(lo, hi)
+        failure = partial(self._failure, lo, progress)
+        if self.mode == "python":
+            return (partial(_python_driver, self._fn, self.cls.multi, self.workers, self.kinds),
+                    (progress, arrays, plan), failure)
+        return self._fn, (progress, *arrays, *plan), failure
+
+    def run_part(self, arenas, arenas_ro, lo: int, hi: int) -> None:
+        """Run the vertices of rows lo <= v < hi (see call_part)."""
+        if lo >= hi:
+            self.prepare(arenas, arenas_ro)
+            return
+        fn, args, failure = self.call_part(arenas, arenas_ro, lo, hi)
         try:
-            if self.mode == "python":
-                _python_driver(self._fn, self.cls.multi, self.workers, self.kinds,
-                               progress, arrays, plan)
-            else:
-                self._fn(progress, *arrays, *plan)
+            fn(*args)
         except Exception as e:
-            raise self._run_error(e, lo + int(progress[0])) from None
+            raise failure(e) from None
+
+    def _failure(self, lo: int, progress: np.ndarray, e: Exception) -> CodeletError:
+        return self._run_error(e, lo + int(progress[0]))
 
     def _run_error(self, e: Exception, k: int) -> CodeletError:
         vid, tile = int(self.vertex_ids[k]), int(self.vertex_tiles[k])

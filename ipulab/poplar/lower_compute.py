@@ -187,8 +187,7 @@ class Staging:
 
 
 class ComputeSetLowering:
-    """Lowers one compute set for a Compiler `c` (its shared state: graph, tile mapping,
-    replicas, steps)."""
+    """Lowers one compute set for a Compiler `c` (graph, tile mapping, replicas, steps)."""
 
     def __init__(self, c, cs, groups):
         self.c, self.cs, self.st = c, cs, c.st
@@ -207,7 +206,7 @@ class ComputeSetLowering:
         return table[s.batch, s.field] if sel is None else table[s.batch[sel], s.field[sel]]
 
     def lower(self) -> bsp.Step:
-        c, slots = self.c, self.slots
+        c = self.c
         step = bsp.Step("execute", self.cs.name, c.T)
         c.rep.new_scratch()
         staging = Staging([], [], {}, np.zeros(c.T, np.int64), [])
@@ -221,7 +220,8 @@ class ComputeSetLowering:
         batches, estimates = self._batches(step)
         self._vertex_state()
         self._cost(step, staging, estimates)
-        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post, c.rep.r)
+        step.action = ComputeAction(staging.pre, batches, staging.half_out, staging.post, c.rep.r,
+                                    c.rep.scratch_used())
         for b in batches:
             b.compile(c.dummy, c.dummy_ro)
         c.add_step(step)

@@ -9,14 +9,21 @@ is ONE plan holding all replicas' runs, so a run still makes one numba call per 
 batch and per copy plan, however many replicas there are.
 
 Exchange buffers live only during their compute set's step, so on the host they share one
-scratch space, right after the variables, as on the tiles: the arena stays the size of the
-variables and the largest buffer set, small enough for the host's caches.
+scratch space, right after the variables, as on the tiles. On an unreplicated graph every
+compute set's buffers start there: the arena stays the size of the variables and the largest
+buffer set, small enough for the host's caches. On a replicated graph the buffers of
+consecutive compute sets follow one another for up to SCRATCH_SPAN elements before the space
+is used again: replica 0 can then run a compute set while replica 3 runs the one before it
+(bsp.ReplicaSegment), neither writing what the other reads. Each compute set reports what it
+took (scratch_used) so that runs which would share space are not run side by side.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..machine.exchange import CopyPlan
+
+SCRATCH_SPAN = 1 << 21      # elements of an arena's scratch filled before it is used again
 
 
 class Replicas:
@@ -31,14 +38,25 @@ class Replicas:
         self.R = self.target.num_tiles // self.r
         self.V = {k: a.size for k, a in state.arenas.items()}
         self.sizes = {k: self.r * v for k, v in self.V.items()}
+        self._scratch = dict(self.sizes)
         self.new_scratch()
 
     def new_scratch(self) -> None:
-        """Start a compute set's exchange buffers where every compute set's start: right after
-        the variables. Per arena, the region starts and their replica strides (the variables,
+        """Start a compute set's exchange buffers: right after the variables, or on a
+        replicated graph after the last compute set's (back at the variables once SCRATCH_SPAN
+        is filled). Per arena, the region starts and their replica strides (the variables,
         then each buffer of the compute set) and where its next buffer goes."""
-        self._scratch = {k: self.r * v for k, v in self.V.items()}
+        for k, v in self.V.items():
+            if self.r == 1 or self._scratch[k] - self.r * v > SCRATCH_SPAN:
+                self._scratch[k] = self.r * v
+        self._opened = dict(self._scratch)
         self._regions = {k: ([0], [v]) for k, v in self.V.items()}
+
+    def scratch_used(self) -> tuple:
+        """(arena, start, end) of the scratch the current compute set's buffers take, every
+        replica's copy."""
+        return tuple((k, self._opened[k], end) for k, end in self._scratch.items()
+                     if end > self._opened[k])
 
     def buffer(self, key: str, n: int) -> int:
         """Replica 0's address of a new n-element buffer (allocated once per replica) in the
