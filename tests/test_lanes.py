@@ -1,5 +1,7 @@
 """Lanes: a step's kernels cut into parts that run at once on the host's cores (compiled
 mode). The parts must give the same bits, and a failing codelet the same error, as one lane."""
+import pickle
+
 import numpy as np
 import pytest
 from codelets import Scale
@@ -97,33 +99,38 @@ def test_many_runs_of_disjoint_parts_give_the_bits_of_one_run():
 
 
 def test_lanes_go_alone_for_a_while_after_runs_the_workers_did_not_speed_up(monkeypatch):
-    """On a busy machine the workers wake too late to help: steps then use one lane for 1, 2,
-    4 ... ms (at most MAX_ALONE), and a run the workers sped up ends that at once."""
+    """On a busy machine (or for a step too small to share) the workers wake too late to
+    help: that step then uses one lane for 1, 2, 4 ... ms (at most MAX_ALONE), and a run the
+    workers sped up ends that at once. Each step's pace is its own."""
     now = [100.0]
     monkeypatch.setattr(lanes, "_clock", lambda: now[0])
-    monkeypatch.setattr(lanes, "_alone", 0.0)
-    monkeypatch.setattr(lanes, "_alone_until", 0.0)
-    assert lanes.threads(2) == 2 and lanes.threads(1) == 1
+    pace, other = lanes.Pace(), lanes.Pace()
+    assert lanes.threads(2, pace) == 2 and lanes.threads(1, pace) == 1
     for alone in (0.001, 0.002, 0.004):
-        lanes._after(False)
-        assert lanes.threads(3) == 1 and lanes.threads(1) == 1
+        pace.after(False)
+        assert lanes.threads(3, pace) == 1 and lanes.threads(1, pace) == 1
+        assert lanes.threads(3, other) == 3
         now[0] += alone * 0.99
-        assert lanes.threads(3) == 1
+        assert lanes.threads(3, pace) == 1
         now[0] += alone * 0.02
-        assert lanes.threads(3) == 3
+        assert lanes.threads(3, pace) == 3
     for _ in range(20):
-        lanes._after(False)
-    assert lanes._alone == lanes.MAX_ALONE
-    lanes._after(True)
-    assert lanes.threads(2) == 2 and lanes._alone == 0.0
+        pace.after(False)
+    assert pace.alone == lanes.MAX_ALONE
+    stored = pickle.loads(pickle.dumps(pace))        # a stored executable starts afresh
+    assert stored.alone == stored.until == 0.0
+    pace.after(True)
+    assert lanes.threads(2, pace) == 2 and pace.alone == 0.0
 
 
 def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
-    """run() tells _after whether the workers took parts and the run beat the caller's own
-    pace; a run whose parts all ran in the caller (workers too late) was not sped up."""
+    """run() tells the caller's pace whether the workers took parts and the run beat the
+    caller's own speed; a run whose parts all ran in the caller (workers too late) was not
+    sped up."""
     import threading
     seen = []
-    monkeypatch.setattr(lanes, "_after", seen.append)
+    pace = lanes.Pace()
+    monkeypatch.setattr(pace, "after", seen.append)
     started = threading.Event()
 
     def part():
@@ -131,22 +138,22 @@ def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
             assert started.wait(60)     # a worker takes the other part meanwhile
         else:
             started.set()
-    lanes.run([part, part], 2)
+    lanes.run([part, part], 2, pace)
     assert seen == [True]
-    lanes.run([lambda: None], 2)        # one part: no workers, nothing to judge
+    lanes.run([lambda: None], 2, pace)  # one part: no workers, nothing to judge
     assert seen == [True]
 
     class Asleep:                       # a worker that never wakes: the caller runs all
         jobs = type("Jobs", (), {"put": lambda self, job: None})()
     monkeypatch.setattr(lanes, "_workers", [Asleep()])
     done = []
-    lanes.run([lambda: done.append(0), lambda: done.append(1)], 2)
+    lanes.run([lambda: done.append(0), lambda: done.append(1)], 2, pace)
     assert done == [0, 1] and seen == [True, False]
 
 
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
-    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
+    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)    # every lane, always
     rng = np.random.default_rng(0)
     outs, errors = {}, {}
     for threads in ("1", "2", "3"):
@@ -208,7 +215,7 @@ def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
     monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
     monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
     monkeypatch.setenv("IPULAB_THREADS", "2")
-    monkeypatch.setattr(lanes, "threads", lambda n: n)     # every lane, busy machine or not
+    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)    # every lane, always
     monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2

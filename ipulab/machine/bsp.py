@@ -117,9 +117,10 @@ class ReplicaSegment:
     def __init__(self, steps: list, replicas: int):
         self.steps, self.replicas = list(steps), replicas
         self.work = sum(s.action.work for s in self.steps)
+        self.pace = lanes.Pace()
 
     def run(self, state) -> None:
-        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
+        n = lanes.threads(state.lanes, self.pace) if self.work >= lanes.MIN_WORK else 1
         if n == 1:
             for s in self.steps:
                 s.run(state)
@@ -130,7 +131,8 @@ class ReplicaSegment:
             parts = state.calls[(self, k)] = [self._calls(state, *lanes.share(self.replicas, i, k))
                                               for i in range(k)]
         failed = [None] * k
-        lanes.run([partial(_run_part, calls, i, failed) for i, calls in enumerate(parts)], n)
+        lanes.run([partial(_run_part, calls, i, failed) for i, calls in enumerate(parts)], n,
+                  self.pace)
         first = min((f for f in failed if f is not None), key=lambda f: f[:2], default=None)
         if first is not None:
             raise first[2]

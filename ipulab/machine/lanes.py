@@ -8,15 +8,17 @@ The kernels release the GIL (nogil), so a part on a worker thread overlaps the c
 run([f0, f1, ...], threads) runs the parts on the calling thread and worker threads, each
 taking the next part not yet taken (a step is cut into a few parts per thread, parts_for, so
 a thread whose core is busy with another program's work takes fewer and holds up the step
-by one part at most), and returns when all are done; if parts raise, it raises the error of the first part
-that did (the one a run in order would have met first). One caller at a time uses the
+by one part at most), and returns when all are done; if parts raise, it raises the error of
+the first part that did (the one a run in order would have met first). One caller at a time uses the
 workers: another thread that calls meanwhile runs its parts itself, one after another.
 IPULAB_THREADS sets how many lanes there are (default: the processors this process may use,
 at most 4; 1 runs everything in the caller).
 
-threads(n) is how many lanes a step should use now: n, or 1 for a while after a run that the
-workers did not speed up (they woke when the caller had done all, or their core was taken
-mid-part: it was busy with other programs). On a busy machine waking them only costs, and a
+threads(n, pace) is how many lanes a run should use now: n, or 1 for a while after a run with
+that Pace that the workers did not speed up (they woke when the caller had done all, or their
+core was taken mid-part: it was busy with other programs, or the run was too small to share).
+Steps share one pace; a replica segment (bsp.ReplicaSegment: many steps' work, one hand-over)
+has its own, so that small steps that gain nothing from a second lane do not send it to one. On a busy machine waking them only costs, and a
 worker that loses its core mid-part, or holding the GIL, stalls the caller for a time slice:
 on 2 cores at load 3, steps interleaved in one process, the small GPT's took 22 ms (median)
 on one lane, 32 ms on two, 28 ms on two that go alone so (Pod16: 15, 31, 14 ms). Which lanes
@@ -99,10 +101,30 @@ class _Worker:
             self.jobs.get().work()
 
 
+class Pace:
+    """Whether the workers have been speeding up one caller's runs (a step's, a segment's):
+    after a run they did not, that caller's runs go to one lane for twice as long as its last
+    miss did (FIRST_ALONE to MAX_ALONE); a run they did speed up ends that. Not kept when
+    pickled with a stored executable (the times are this process's clock)."""
+
+    def __init__(self):
+        self.alone = 0.0        # how long the last miss sent runs to one lane (s)
+        self.until = 0.0        # _clock() until which threads() answers 1
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def after(self, helped: bool) -> None:
+        self.alone = 0.0 if helped else min(max(2 * self.alone, FIRST_ALONE), MAX_ALONE)
+        self.until = _clock() + self.alone
+
+
 _workers: list[_Worker] = []
 _busy = threading.Lock()
-_alone = 0.0                # how long the last miss sent steps to one lane (s)
-_alone_until = 0.0          # _clock() until which threads() answers 1
+_shared = Pace()            # the pace of callers without their own
 
 
 def _forget_workers() -> None:
@@ -127,10 +149,11 @@ def _workers_for(n: int) -> bool:
     return True
 
 
-def run(parts: list, threads: int | None = None) -> None:
+def run(parts: list, threads: int | None = None, pace: Pace | None = None) -> None:
     """Run the callables in parts at once, on this thread and up to threads - 1 workers
     (default: one thread a part), each thread taking the next part not yet taken; return
-    when all are done, and raise the first part's error, in part order."""
+    when all are done, and raise the first part's error, in part order. Whether the workers
+    sped the run up goes to the caller's pace."""
     helpers = min(len(parts), threads or len(parts)) - 1
     if helpers < 1 or not _busy.acquire(blocking=False):
         for fn in parts:
@@ -149,8 +172,8 @@ def run(parts: list, threads: int | None = None) -> None:
         t1 = _clock()
         job.finished.wait()
         # sped up: faster than this thread alone at its own pace (and the workers took parts)
-        _after(mine < len(parts) and
-               (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
+        (pace or _shared).after(mine < len(parts) and
+                                (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
     finally:
         _busy.release()
     for e in job.errors:
@@ -158,18 +181,10 @@ def run(parts: list, threads: int | None = None) -> None:
             raise e
 
 
-def threads(n: int) -> int:
-    """The lanes a step should use now: n, or 1 for a while after the workers did not speed up
-    a run (see the module's docstring)."""
-    return 1 if n > 1 and _clock() < _alone_until else n
-
-
-def _after(helped: bool) -> None:
-    """After a run: one the workers did not speed up sends the next steps to one lane for
-    twice as long as the last miss did (FIRST_ALONE to MAX_ALONE); one they did ends that."""
-    global _alone, _alone_until
-    _alone = 0.0 if helped else min(max(2 * _alone, FIRST_ALONE), MAX_ALONE)
-    _alone_until = _clock() + _alone
+def threads(n: int, pace: Pace | None = None) -> int:
+    """The lanes a caller's step should use now: n, or 1 for a while after the workers did not
+    speed up one of its runs (see Pace)."""
+    return 1 if n > 1 and _clock() < (pace or _shared).until else n
 
 
 def parts_for(units: int, threads: int) -> int:
