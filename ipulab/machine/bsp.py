@@ -131,7 +131,7 @@ class ReplicaSegment:
             parts = state.calls[(self, k)] = [self._calls(state, *lanes.share(self.replicas, i, k))
                                               for i in range(k)]
         failed = [None] * k
-        lanes.run([partial(_run_part, calls, i, failed) for i, calls in enumerate(parts)], n,
+        lanes.run([partial(_run_part, steps, i, failed) for i, steps in enumerate(parts)], n,
                   self.pace)
         first = min((f for f in failed if f is not None), key=lambda f: f[:2], default=None)
         if first is not None:
@@ -139,19 +139,30 @@ class ReplicaSegment:
         state.trace.extend(s.index for s in self.steps)
 
     def _calls(self, state, lo: int, hi: int) -> list:
-        """(position of its step, fn, args, failure) of every kernel call for replicas lo..hi."""
-        return [(j, *c) for j, s in enumerate(self.steps)
-                for c in s.action.replica_calls(state, lo, hi)]
+        """Per step, the kernel calls for replicas lo..hi (see run_calls)."""
+        return [s.action.replica_calls(state, lo, hi) for s in self.steps]
 
 
-def _run_part(calls: list, i: int, failed: list) -> None:
-    """Part i's calls in order; a failure is kept in failed[i] as (step position, part, error)
-    for run() to raise once every part has stopped."""
-    for j, fn, args, failure in calls:
+def run_calls(calls: list) -> None:
+    """Make the calls (fn, args, failure) in order; an exception e of one with a failure is
+    raised as failure(e) (a batch's error naming its vertex)."""
+    for fn, args, failure in calls:
         try:
             fn(*args)
         except Exception as e:
-            failed[i] = (j, i, e if failure is None else failure(e))
+            if failure is None:
+                raise
+            raise failure(e) from None
+
+
+def _run_part(steps: list, i: int, failed: list) -> None:
+    """Part i's calls, step by step; a failure is kept in failed[i] as (step position, part,
+    error) for run() to raise once every part has stopped."""
+    for j, calls in enumerate(steps):
+        try:
+            run_calls(calls)
+        except Exception as e:
+            failed[i] = (j, i, e)
             return
 
 

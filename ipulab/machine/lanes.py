@@ -9,8 +9,8 @@ run([f0, f1, ...], threads) runs the parts on the calling thread and worker thre
 taking the next part not yet taken (a step is cut into a few parts per thread, parts_for, so
 a thread whose core is busy with another program's work takes fewer and holds up the step
 by one part at most), and returns when all are done; if parts raise, it raises the error of
-the first part that did (the one a run in order would have met first). One caller at a time uses the
-workers: another thread that calls meanwhile runs its parts itself, one after another.
+the first part that did (the one a run in order would have met first). One caller at a time
+uses the workers: another thread that calls meanwhile runs its parts itself, one after another.
 IPULAB_THREADS sets how many lanes there are (default: the processors this process may use,
 at most 4; 1 runs everything in the caller).
 
@@ -18,11 +18,12 @@ threads(n, pace) is how many lanes a run should use now: n, or 1 for a while aft
 that Pace that the workers did not speed up (they woke when the caller had done all, or their
 core was taken mid-part: it was busy with other programs, or the run was too small to share).
 Steps share one pace; a replica segment (bsp.ReplicaSegment: many steps' work, one hand-over)
-has its own, so that small steps that gain nothing from a second lane do not send it to one. On a busy machine waking them only costs, and a
-worker that loses its core mid-part, or holding the GIL, stalls the caller for a time slice:
-on 2 cores at load 3, steps interleaved in one process, the small GPT's took 22 ms (median)
-on one lane, 32 ms on two, 28 ms on two that go alone so (Pod16: 15, 31, 14 ms). Which lanes
-run which parts never changes a bit, only the time.
+has its own, so that small steps that gain nothing from a second lane do not send it to one.
+On a busy machine waking them only costs, and a worker that loses its core mid-part, or
+holding the GIL, stalls the caller for a time slice: on 2 cores at load 3, steps interleaved
+in one process, the small GPT's took 22 ms (median) on one lane, 32 ms on two, 28 ms on two
+that go alone so (Pod16: 15, 31, 14 ms). Which lanes run which parts never changes a bit,
+only the time.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ PARTS_PER_THREAD = 2
 # After runs in a row that the workers did not speed up, the lanes wait 1, 2, 4 ... ms (at most
 # MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
 FIRST_ALONE, MAX_ALONE = 0.001, 0.25
-SPEEDUP = 0.9               # a run the workers sped up took less than this of the caller's pace
+SPEEDUP = 0.9               # a run the workers sped up took less than this of the caller's time
 # Elements a step touches (copied, or in its vertices' fields) below which handing parts to
 # other threads costs more than it saves: a hand-over takes 13-50 us here, and in a Bow-2000
 # training step (one lane) 100,000 elements take 20-90 us, the conv gathers of 1.3 million
@@ -171,7 +172,7 @@ def run(parts: list, threads: int | None = None, pace: Pace | None = None) -> No
         mine = job.work()
         t1 = _clock()
         job.finished.wait()
-        # sped up: faster than this thread alone at its own pace (and the workers took parts)
+        # sped up: faster than this thread alone at its own speed (and the workers took parts)
         (pace or _shared).after(mine < len(parts) and
                                 (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..machine import lanes
+from ..machine.bsp import run_calls
 from .types import round_half
 
 
@@ -89,18 +90,6 @@ class ComputeAction:
             idx = idx[lo * per:hi * per]
             a = arenas[key]
             a[idx] = round_half(a[idx])
-
-
-def run_calls(calls: list) -> None:
-    """Make the calls (fn, args, failure) in order; an exception e of one with a failure is
-    raised as failure(e) (a batch's error naming its vertex)."""
-    for fn, args, failure in calls:
-        try:
-            fn(*args)
-        except Exception as e:
-            if failure is None:
-                raise
-            raise failure(e) from None
 
 
 def run_plans_part(plans: list, arenas: dict, i: int, n: int) -> None:

@@ -22,7 +22,8 @@ worker (module fixtures): each notebook opens in the page, and closes with its k
 down after its checks (loading JupyterLab anew took 3.5 s of a notebook's 10); a notebook
 that fails gets the page closed, so the next starts on a fresh one. `make test`
 (--dist loadfile) runs them in two shares, on two workers at once (the root conftest.py),
-and each worker starts its own: every check is per notebook, so any split is sound. It needs Chromium
+and each worker starts its own: every check is per notebook, so any split is sound. It
+needs Chromium
 ($IPULAB_CHROMIUM, else /usr/bin/chromium or another usual place: `sudo apt-get install
 chromium` on Debian/Ubuntu, `brew install --cask chromium` on macOS) and the playwright package
 (the `dev` extra; Playwright's own browser download is never used). Without them it skips, and
@@ -295,12 +296,17 @@ class Lab:
         self.console = []
 
     def open(self, notebook):
-        """The page with the notebook opening in it (the page loaded first if need be)."""
-        if self.page is None:
-            self._load()
+        """The page with the notebook opening in it (the page loaded first if need be); a
+        page that cannot open it is dropped."""
         self.console.clear()
-        self.page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', "
-                           "{path, factory: 'Notebook'})", notebook)
+        try:
+            if self.page is None:
+                self._load()
+            self.page.evaluate("(path) => window.jupyterapp.commands.execute("
+                               "'docmanager:open', {path, factory: 'Notebook'})", notebook)
+        except Exception:
+            self.drop()
+            raise
         return self.page
 
     def _load(self):
@@ -320,16 +326,16 @@ class Lab:
     def finish(self, passed: bool):
         """Close the notebook; after a failure (or if it will not close), the page itself:
         the next notebook loads a fresh one."""
+        if not passed:
+            self.drop()
+            return
         try:
-            if passed:
-                self.page.evaluate(CLOSE_ALL_JS)
-                self.page.wait_for_selector(".jp-NotebookPanel", state="detached")
-                self.page.set_viewport_size(VIEWPORT)
-                return
+            self.page.evaluate(CLOSE_ALL_JS)
+            self.page.wait_for_selector(".jp-NotebookPanel", state="detached")
+            self.page.set_viewport_size(VIEWPORT)
         except Exception:
             self.drop()
             raise
-        self.drop()
 
     def drop(self):
         if self.context is not None:
