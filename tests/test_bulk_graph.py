@@ -201,3 +201,39 @@ def test_a_replicated_plan_moves_what_each_replicas_plan_moves(n, replicas, seed
         expected[dst + i * stride] = arena[src + i * stride]
     plan.replicated(replicas, stride, stride, 1).run(arena, arena)
     np.testing.assert_array_equal(arena, expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(1, 60), replicas=st.integers(2, 4), shift=st.sampled_from([0, 1, -2]),
+       seed=st.integers(0, 1000))
+def test_a_replicated_plan_over_regions_of_several_strides_moves_each_replicas_copy(
+        n, replicas, shift, seed):
+    """Runs merged across tiles, grouped by their regions' strides, staged when the copy
+    overlaps itself, and cut into parts as lanes cut it: each replica's copy, read then
+    written."""
+    rng = np.random.default_rng(seed)
+    width = {0: 64, 1: 80}                        # region 0 at 0.., region 1 at 1000..
+    base = {0: 0, 1: 1000}
+    region = rng.integers(0, 2, n)
+    at = rng.choice(60, n, replace=False)
+    src = np.array([base[k] for k in region]) + at
+    if shift:                                     # a copy that overlaps itself (staged)
+        dst = np.array([base[k] for k in region]) + (at + shift) % 60
+        keep = np.unique(dst, return_index=True)[1]
+        src, dst = src[keep], dst[keep]
+    else:
+        dst = np.array([base[1 - k] for k in region]) + 2 + rng.permutation(len(src))
+    stride_of = lambda a: np.where(a >= 1000, width[1], width[0])   # noqa: E731
+    tiles = (src // 7).astype(np.int64)           # runs meet tile boundaries
+    plan = CopyPlan(DEV.target, src, dst, tiles, (dst // 7).astype(np.int64), 4)
+    arena = rng.standard_normal(1000 + width[1] * replicas).astype(np.float32)
+    expected = arena.copy()
+    for i in range(replicas):
+        expected[dst + i * stride_of(dst)] = arena[src + i * stride_of(src)]
+    rep = plan.replicated(replicas, stride_of(plan.src_start), stride_of(plan.dst_start), 1)
+    whole, parts = arena.copy(), arena.copy()
+    rep.run(whole, whole)
+    for lo in range(replicas):
+        rep.run_part(parts, parts, lo, lo + 1)
+    np.testing.assert_array_equal(whole, expected)
+    np.testing.assert_array_equal(parts, expected)

@@ -9,7 +9,7 @@ import ipulab
 from ipulab import poplar
 from ipulab.errors import TileMemoryError
 from ipulab.machine.cost import compute_cost, default_vertex_estimate, exchange_cost
-from ipulab.machine.exchange import CopyPlan, intervals_overlap
+from ipulab.machine.exchange import CopyPlan, intervals_overlap, merged_runs
 from ipulab.machine.memory import CATEGORIES, CATEGORY, TileMemory
 from ipulab.poplar import program as prog
 
@@ -30,6 +30,14 @@ def test_copy_plan_merges_contiguous_runs():
     assert plan.src_start.tolist() == [10] and plan.dst_start.tolist() == [100]
     assert plan.bytes.tolist() == [40] and not plan.staged
     assert plan.num_elements == 10
+
+
+def test_runs_that_follow_on_merge_unless_a_same_array_differs():
+    src, dst, length = a64([0, 3, 5, 9]), a64([10, 13, 15, 30]), a64([3, 2, 4, 1])
+    s, d, n = merged_runs((src, dst), length)
+    assert (s.tolist(), d.tolist(), n.tolist()) == ([0, 9], [10, 30], [9, 1])
+    s, d, n, k = merged_runs((src, dst), length, (a64([7, 7, 8, 8]),))
+    assert (s.tolist(), n.tolist(), k.tolist()) == ([0, 5, 9], [5, 4, 1], [7, 8, 8])
 
 
 def test_copy_plan_breaks_runs_at_gaps_and_reversals():

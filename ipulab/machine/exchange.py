@@ -45,6 +45,29 @@ def intervals_overlap(a_start, a_len, b_start, b_len) -> bool:
     return bool(np.any(reach[idx[ok]] > b_start[ok]))
 
 
+def merged_runs(starts, length, same=()) -> tuple:
+    """Runs that follow on from the one before in every start of `starts` (and have the
+    same value in every array of `same`) merged into it: the same copies in the same order,
+    in fewer runs. Returns the merged starts, length, then the merged `same` arrays.
+
+    Planning keeps runs apart at tile boundaries (each run's bytes belong to one pair of
+    tiles); running them needs no such boundary. An all-reduce's step moves one element per
+    tile, and its runs merge twelve to one."""
+    length = np.asarray(length)
+    if length.size < 2:
+        return (*starts, length, *same)
+    follows = np.ones(length.size - 1, bool)
+    for s in starts:
+        follows &= s[:-1] + length[:-1] == s[1:]
+    for x in same:
+        follows &= x[:-1] == x[1:]
+    if not follows.any():
+        return (*starts, length, *same)
+    first = np.flatnonzero(np.concatenate(([True], ~follows)))
+    return (*(s[first] for s in starts), np.add.reduceat(length, first),
+            *(x[first] for x in same))
+
+
 class CopyPlan:
     """Copy src elements to dst elements of one arena, compiled once.
 
@@ -85,16 +108,31 @@ class CopyPlan:
         # A copy reads everything before it writes anything: stage through a buffer if the
         # destination overlaps the source (e.g. shifting a tensor by one element).
         self.staged = intervals_overlap(self.src_start, self.length, self.dst_start, self.length)
-        # What run() reads: the runs as uint32 when the addresses fit (they always do but in
-        # arenas of 4G elements), which numba indexes without the check for a negative index
-        # that it makes on every signed one: a third off the time of a gather of short runs.
-        tables = [src_start, dst_start, length]
-        if self.staged:
-            tables.insert(1, np.cumsum(length) - length)     # where each run waits in between
-        top = max((int(t.max()) + int(length.max()) for t in tables if t.size), default=0)
-        itype = np.uint32 if top < 2**32 else np.int64
-        self._runs = tuple(np.ascontiguousarray(t, itype) for t in tables)
+        self._runs, _ = self._tables()
         self._target = target
+
+    def _tables(self, strides: tuple = (), replicas: int = 1) -> tuple:
+        """What run() reads: (runs, strides), the runs merged where they follow on and, for a
+        staged plan, where each waits in between. As uint32 when the addresses fit (they always
+        do but in arenas of 4G elements), which numba indexes without the check for a negative
+        index that it makes on every signed one: a third off the time of a gather of short
+        runs."""
+        src, dst, length, *strides = merged_runs((self.src_start, self.dst_start), self.length,
+                                                 strides)
+        runs = [src, dst, length]
+        if self.staged:
+            runs.insert(1, np.cumsum(length) - length)
+        top = max((int(t.max()) for t in runs if t.size), default=0) + \
+            (replicas - 1) * max((int(x.max()) for x in strides if x.size), default=0) + \
+            int(length.max(initial=0))
+        itype = np.uint32 if top < 2**32 else np.int64
+        if strides:         # runs in groups of the same strides: (group starts, strides)
+            ss, ds = strides
+            first = np.flatnonzero(np.concatenate(([True], (ss[1:] != ss[:-1]) |
+                                                   (ds[1:] != ds[:-1]))))
+            strides = (np.append(first, ss.size), ss[first], ds[first])
+        return (tuple(np.ascontiguousarray(t, itype) for t in runs),
+                tuple(np.ascontiguousarray(x, itype) for x in strides))
 
     def replicated(self, replicas: int, src_stride, dst_stride, tile_stride: int) -> "CopyPlan":
         """This plan (replica 0's) run on every replica: replica i's run r copies from
@@ -107,14 +145,9 @@ class CopyPlan:
         plan.__dict__.pop("cycles", None)
         plan.replicas, plan.tile_stride = int(replicas), int(tile_stride)
         plan.num_elements = self.num_elements * replicas
-        top = max(int(self._runs[0].max(initial=0)), int(self._runs[-2].max(initial=0))) + \
-            (replicas - 1) * max(int(np.max(src_stride, initial=0)),
-                                 int(np.max(dst_stride, initial=0))) + \
-            int(self.length.max(initial=0))
-        itype = np.uint32 if top < 2**32 and self._runs[0].dtype == np.uint32 else np.int64
-        plan._runs = tuple(np.ascontiguousarray(t, itype) for t in self._runs)
-        plan._strides = tuple(np.ascontiguousarray(np.broadcast_to(x, self.length.shape), itype)
-                              for x in (src_stride, dst_stride))
+        strides = tuple(np.broadcast_to(np.asarray(x, np.int64), self.length.shape)
+                        for x in (src_stride, dst_stride))
+        plan._runs, plan._strides = self._tables(strides, replicas)
         return plan
 
     def __getstate__(self) -> dict:
@@ -168,9 +201,9 @@ class CopyPlan:
         if self.staged:
             src, tmp_start, dst, length = self._runs
             n = self.num_elements // self.replicas
+            shift = self._run_strides() if self.replicas > 1 else None
             for i in range(lo, hi) if self.replicas > 1 else range(1):
-                s, d = (src, dst) if i == 0 else (src + i * self._strides[0],
-                                                  dst + i * self._strides[1])
+                s, d = (src, dst) if i == 0 else (src + i * shift[0], dst + i * shift[1])
                 tmp = np.empty(n, src_arena.dtype)
                 copy_runs(src_arena, tmp, s, tmp_start, length)
                 copy_runs(tmp, dst_arena, tmp_start, d, length)
@@ -180,6 +213,11 @@ class CopyPlan:
             copy_runs(src_arena, dst_arena, *self._runs)
         else:
             copy_runs(src_arena, dst_arena, *(t[lo:hi] for t in self._runs))
+
+    def _run_strides(self) -> tuple:
+        """Each run's (src, dst) stride, from the groups in self._strides."""
+        group, ss, ds = self._strides
+        return tuple(np.repeat(x, np.diff(group)) for x in (ss, ds))
 
     def traffic(self) -> Traffic:
         """What leaves its tile, run by run (replica 0's, and how it repeats)."""
