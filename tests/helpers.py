@@ -2,6 +2,7 @@
 import numpy as np
 
 from ipulab import poplar
+from ipulab.machine import lanes
 
 # The three ways an Engine runs codelets (DESIGN section 4): they must agree bit for bit.
 MODES = {
@@ -23,3 +24,10 @@ def bits(a):
     """The raw bits of a float array, for bit-for-bit comparisons (NaN-safe, -0.0 != 0.0)."""
     a = np.ascontiguousarray(a)
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def every_lane(monkeypatch):
+    """Lanes on every run that has parts to share, however small or long it is and however the
+    workers did (lanes.py's gates off): the tests that lanes give the bits of one lane."""
+    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
+    monkeypatch.setattr(lanes, "MIN_SECONDS", 0)

@@ -5,6 +5,7 @@ import pickle
 import numpy as np
 import pytest
 from codelets import Scale
+from helpers import every_lane
 
 import ipulab
 from ipulab import poplar
@@ -123,6 +124,50 @@ def test_lanes_go_alone_for_a_while_after_runs_the_workers_did_not_speed_up(monk
     assert lanes.threads(2, pace) == 2 and pace.alone == 0.0
 
 
+def test_a_run_shares_its_work_only_after_two_runs_alone_took_min_seconds(monkeypatch):
+    """Small work, or a run that took under MIN_SECONDS on one lane, stays on one lane: its
+    hand-over would cost more than it saves. The first run alone pays set-up, so two are
+    timed; a run that raises is not; a stored executable times afresh."""
+    timing, pace = lanes.Timing(), lanes.Pace()          # (a pace of its own: not backing off)
+    big = lanes.MIN_WORK
+    assert lanes.lanes_for(2, big, timing, pace) == 1                 # not timed yet
+    lanes.alone(timing, lambda: None)
+    timing.shortest = lanes.MIN_SECONDS * 10                   # (as if it had taken that long)
+    assert lanes.lanes_for(2, big, timing, pace) == 1                 # one run alone so far
+    with pytest.raises(ValueError):
+        lanes.alone(timing, int, "not a number")
+    assert timing.runs == 1
+    timing.record(lanes.MIN_SECONDS * 2)
+    assert lanes.lanes_for(2, big, timing, pace) == 2
+    assert lanes.lanes_for(1, big, timing, pace) == lanes.lanes_for(2, big - 1, timing, pace) == 1
+    timing.record(lanes.MIN_SECONDS / 2)                       # the shortest decides
+    assert lanes.lanes_for(2, big, timing, pace) == 1
+    assert pickle.loads(pickle.dumps(timing)).runs == 0
+    monkeypatch.setattr(lanes, "MIN_SECONDS", 0)
+    assert lanes.lanes_for(2, big, lanes.Timing(), pace) == 2
+
+
+def test_an_engine_hands_out_only_the_steps_that_took_long_enough(monkeypatch):
+    """With MIN_SECONDS at 0 a big enough step goes to the lanes; out of reach, it never
+    does; the bits are the same."""
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
+    handed = []
+    run = lanes.run
+    monkeypatch.setattr(lanes, "run", lambda parts, *a: handed.append(1) or run(parts, *a))
+    outs = []
+    for seconds in (0.0, 3600.0):
+        monkeypatch.setattr(lanes, "MIN_SECONDS", seconds)
+        e, shape = _engine(1, rows=1024)            # (2 x lanes.MIN_WORK elements)
+        e.write_tensor("x", np.abs(np.random.default_rng(2).standard_normal(shape), dtype=np.float32))
+        handed.clear()
+        for _ in range(3):
+            e.run()
+        outs.append(e.read_tensor("y").tobytes())
+        assert bool(handed) == (seconds == 0.0)
+    assert outs[0] == outs[1]
+
+
 def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
     """run() tells the caller's pace whether the workers took parts and the run beat the
     caller's own speed; a run whose parts all ran in the caller (workers too late) was not
@@ -153,12 +198,12 @@ def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
 
 @pytest.mark.parametrize("replicas", [1, 4])
 def test_lanes_give_the_bits_and_the_error_of_one_lane(monkeypatch, replicas):
-    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)    # every lane, always
+    every_lane(monkeypatch)
     rng = np.random.default_rng(0)
     outs, errors = {}, {}
     for threads in ("1", "2", "3"):
         monkeypatch.setenv("IPULAB_THREADS", threads)
-        e, shape = _engine(replicas)
+        e, shape = _engine(replicas, rows=1024)     # (over lanes.MIN_WORK elements)
         assert e._lanes == int(threads)
         x = rng.standard_normal(shape).astype(np.float32) if threads == "1" else x
         e.write_tensor("x", np.abs(x))
@@ -215,7 +260,7 @@ def test_a_stored_executable_compiles_its_batches_before_lanes_share_them(
     monkeypatch.setenv("IPULAB_CACHE", str(tmp_path))
     monkeypatch.setattr(X, "DISK_MIN_SECONDS", 0.0)
     monkeypatch.setenv("IPULAB_THREADS", "2")
-    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)    # every lane, always
+    every_lane(monkeypatch)
     monkeypatch.setattr(X, "_memory", type(X._memory)())   # not the other tests' entries
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 512, 96)).astype(np.float32) ** 2

@@ -5,6 +5,7 @@ one segment never share host memory (replicas.Replicas)."""
 import numpy as np
 import pytest
 from codelets import Scale
+from helpers import every_lane
 
 import ipulab
 from ipulab import poplar
@@ -49,7 +50,7 @@ def _engine(replicas=4, rows=256, cols=96):
 
 
 def test_lanes_run_the_steps_as_one_segment_with_the_bits_of_one_lane(monkeypatch):
-    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)    # every lane, always
+    every_lane(monkeypatch)
     x = np.abs(np.random.default_rng(0).standard_normal((4, 256, 96))).astype(np.float32)
     outs = {}
     for threads in ("1", "2", "3"):
@@ -70,7 +71,7 @@ def test_a_failure_is_the_one_a_run_in_order_meets_first(monkeypatch):
     """Replica 0 fails in the last step and replica 3 in the first: with two lanes the part of
     replicas 0-1 fails later in the program than the part of 2-3, and the error is still
     replica 3's in the first step, as one lane says."""
-    monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
+    every_lane(monkeypatch)
     x = np.ones((4, 256, 96), np.float32)
     x[0, 10, 0] = 1e7                  # passes Scale, fails Bounded (the third step)
     x[3, 20, 0] = -1                   # fails Scale (the first step)

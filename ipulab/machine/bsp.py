@@ -117,13 +117,12 @@ class ReplicaSegment:
     def __init__(self, steps: list, replicas: int):
         self.steps, self.replicas = list(steps), replicas
         self.work = sum(s.action.work for s in self.steps)
-        self.pace = lanes.Pace()
+        self.pace, self.timing = lanes.Pace(), lanes.Timing()
 
     def run(self, state) -> None:
-        n = lanes.threads(state.lanes, self.pace) if self.work >= lanes.MIN_WORK else 1
+        n = lanes.lanes_for(state.lanes, self.work, self.timing, self.pace)
         if n == 1:
-            for s in self.steps:
-                s.run(state)
+            lanes.alone(self.timing, self._in_turn, state)
             return
         k = min(n, self.replicas)     # a part per lane: each part's kernel calls cost GIL time
         parts = state.calls.get((self, k))
@@ -137,6 +136,10 @@ class ReplicaSegment:
         if first is not None:
             raise first[2]
         state.trace.extend(s.index for s in self.steps)
+
+    def _in_turn(self, state) -> None:
+        for s in self.steps:
+            s.run(state)
 
     def _calls(self, state, lo: int, hi: int) -> list:
         """Per step, the kernel calls for replicas lo..hi (see run_calls)."""

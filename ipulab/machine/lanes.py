@@ -14,6 +14,10 @@ uses the workers: another thread that calls meanwhile runs its parts itself, one
 IPULAB_THREADS sets how many lanes there are (default: the processors this process may use,
 at most 4; 1 runs everything in the caller).
 
+lanes_for(n, work, timing, pace) is how many lanes a step or segment should use now: 1 while
+it is small (under MIN_WORK elements, or under MIN_SECONDS on one lane: a hand-over, and the
+GIL going back and forth between threads, each wait for a sleeping thread to wake), else
+threads(n, pace). Each step and segment keeps its own Timing (its shortest run alone).
 threads(n, pace) is how many lanes a run should use now: n, or 1 for a while after a run with
 that Pace that the workers did not speed up (they woke when the caller had done all, or their
 core was taken mid-part: it was busy with other programs, or the run was too small to share).
@@ -44,6 +48,12 @@ SPEEDUP = 0.9               # a run the workers sped up took less than this of t
 # training step (one lane) 100,000 elements take 20-90 us, the conv gathers of 1.3 million
 # 420-610 us.
 MIN_WORK = 100_000
+# ... and the time one lane takes, below which it does not either: a hand-over and the GIL's
+# handing back and forth between threads each wait for a sleeping thread to wake, 20-30 us
+# here, a few times per run. The small GPT's steps of under 150 us each lost 100-250 us on two
+# lanes; those of 350 us to 1.8 ms gained up to 740 us (its step: 20.0 ms on one lane, 18.5 ms
+# with only steps of 300 us or more on two).
+MIN_SECONDS = 300e-6
 
 
 def available() -> int:
@@ -123,6 +133,30 @@ class Pace:
         self.until = _clock() + self.alone
 
 
+class Timing:
+    """How long one caller's runs (a step's, a segment's) take on one lane: the shortest of
+    them. Not kept when pickled with a stored executable (the times are this process's)."""
+
+    def __init__(self):
+        self.runs = 0
+        self.shortest = float("inf")
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def record(self, seconds: float) -> None:
+        self.runs += 1
+        self.shortest = min(self.shortest, seconds)
+
+    def long_enough(self) -> bool:
+        """Whether its runs are worth sharing: two of them on one lane (the first pays
+        set-up) each took MIN_SECONDS or more."""
+        return MIN_SECONDS <= 0 or (self.runs >= 2 and self.shortest >= MIN_SECONDS)
+
+
 _workers: list[_Worker] = []
 _busy = threading.Lock()
 _shared = Pace()            # the pace of callers without their own
@@ -186,6 +220,22 @@ def threads(n: int, pace: Pace | None = None) -> int:
     """The lanes a caller's step should use now: n, or 1 for a while after the workers did not
     speed up one of its runs (see Pace)."""
     return 1 if n > 1 and _clock() < (pace or _shared).until else n
+
+
+def lanes_for(n: int, work: int, timing: Timing, pace: Pace | None = None) -> int:
+    """The lanes a caller with `work` elements should use now, of n: 1 while it is small
+    (under MIN_WORK elements, or shorter than MIN_SECONDS on one lane), else threads(n, pace).
+    A caller that gets 1 times its run for timing (alone())."""
+    if n < 2 or work < MIN_WORK or not timing.long_enough():
+        return 1
+    return threads(n, pace)
+
+
+def alone(timing: Timing, fn, *args) -> None:
+    """fn(*args) on this thread alone, its time recorded in timing (not if it raises)."""
+    start = _clock()
+    fn(*args)
+    timing.record(_clock() - start)
 
 
 def parts_for(units: int, threads: int) -> int:

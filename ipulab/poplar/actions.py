@@ -25,9 +25,10 @@ class ComputeAction:
         self.scratch = scratch      # (arena, start, end) its exchange buffers take
         self.work = sum(p.num_elements for p, _ in pre + post) + sum(
             int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
+        self.timing = lanes.Timing()
 
     def __call__(self, state) -> None:
-        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
+        n = lanes.lanes_for(state.lanes, self.work, self.timing)
         if n > 1:
             self.prepare(state)
         if n > 1 and self.replicas > 1:
@@ -45,7 +46,7 @@ class ComputeAction:
                     lanes.run([partial(run_plans_part, plans, arenas, i, k)
                                for i in range(k)], n)
         else:
-            self._in_turn(state)
+            lanes.alone(self.timing, self._in_turn, state)
 
     def prepare(self, state) -> None:
         """Compile the batches' drivers now, in the calling thread (see Batch.prepare)."""
@@ -108,6 +109,7 @@ class CopyAction:
         # the replicas it can be cut into: every plan's (1 for a copy between replicas)
         counts = {p.replicas for p, _ in plans}
         self.replicas = counts.pop() if len(counts) == 1 else 1
+        self.timing = lanes.Timing()
 
     def replica_calls(self, state, lo: int, hi: int) -> list:
         """The kernel calls that copy replicas lo <= i < hi of every plan, as (fn, args,
@@ -116,11 +118,14 @@ class CopyAction:
                                      for p, k in self.plans) if c]
 
     def __call__(self, state) -> None:
-        n = lanes.threads(state.lanes) if self.work >= lanes.MIN_WORK else 1
+        n = lanes.lanes_for(state.lanes, self.work, self.timing)
         if n > 1:
             k = lanes.PARTS_PER_THREAD * n
             lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
                        for i in range(k)], n)
             return
+        lanes.alone(self.timing, self._in_turn, state)
+
+    def _in_turn(self, state) -> None:
         for plan, key in self.plans:
             plan.run(state.arenas[key], state.arenas[key])
