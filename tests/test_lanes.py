@@ -131,11 +131,11 @@ def test_a_run_shares_its_work_only_after_two_runs_alone_took_min_seconds(monkey
     timing, pace = lanes.Timing(), lanes.Pace()          # (a pace of its own: not backing off)
     big = lanes.MIN_WORK
     assert lanes.lanes_for(2, big, timing, pace) == 1                 # not timed yet
-    lanes.alone(timing, lambda: None)
+    lanes.run_alone(timing, lambda: None)
     timing.shortest = lanes.MIN_SECONDS * 10                   # (as if it had taken that long)
     assert lanes.lanes_for(2, big, timing, pace) == 1                 # one run alone so far
     with pytest.raises(ValueError):
-        lanes.alone(timing, int, "not a number")
+        lanes.run_alone(timing, int, "not a number")
     assert timing.runs == 1
     timing.record(lanes.MIN_SECONDS * 2)
     assert lanes.lanes_for(2, big, timing, pace) == 2

@@ -122,7 +122,7 @@ class ReplicaSegment:
     def run(self, state) -> None:
         n = lanes.lanes_for(state.lanes, self.work, self.timing, self.pace)
         if n == 1:
-            lanes.alone(self.timing, self._in_turn, state)
+            lanes.run_alone(self.timing, self._in_turn, state)
             return
         k = min(n, self.replicas)     # a part per lane: each part's kernel calls cost GIL time
         parts = state.calls.get((self, k))

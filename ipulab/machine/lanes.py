@@ -225,13 +225,13 @@ def threads(n: int, pace: Pace | None = None) -> int:
 def lanes_for(n: int, work: int, timing: Timing, pace: Pace | None = None) -> int:
     """The lanes a caller with `work` elements should use now, of n: 1 while it is small
     (under MIN_WORK elements, or shorter than MIN_SECONDS on one lane), else threads(n, pace).
-    A caller that gets 1 times its run for timing (alone())."""
+    A caller that gets 1 times its run for timing (run_alone())."""
     if n < 2 or work < MIN_WORK or not timing.long_enough():
         return 1
     return threads(n, pace)
 
 
-def alone(timing: Timing, fn, *args) -> None:
+def run_alone(timing: Timing, fn, *args) -> None:
     """fn(*args) on this thread alone, its time recorded in timing (not if it raises)."""
     start = _clock()
     fn(*args)

@@ -46,7 +46,7 @@ class ComputeAction:
                     lanes.run([partial(run_plans_part, plans, arenas, i, k)
                                for i in range(k)], n)
         else:
-            lanes.alone(self.timing, self._in_turn, state)
+            lanes.run_alone(self.timing, self._in_turn, state)
 
     def prepare(self, state) -> None:
         """Compile the batches' drivers now, in the calling thread (see Batch.prepare)."""
@@ -124,7 +124,7 @@ class CopyAction:
             lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
                        for i in range(k)], n)
             return
-        lanes.alone(self.timing, self._in_turn, state)
+        lanes.run_alone(self.timing, self._in_turn, state)
 
     def _in_turn(self, state) -> None:
         for plan, key in self.plans:
