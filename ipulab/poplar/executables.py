@@ -147,6 +147,12 @@ def _value(v, h) -> None:
         h.update(repr(v).encode())
 
 
+def _raw(a: np.ndarray) -> memoryview:
+    """The array's bytes as a.tobytes() gives them, without copying them (a big graph's
+    columns are hundreds of megabytes)."""
+    return memoryview(np.ascontiguousarray(a)).cast("B")
+
+
 def executable_key(state, programs, mode: str) -> str:
     """The key of what compiling these programs over this graph state gives (SHA-1: the
     fastest of hashlib's on the megabytes of a big graph's columns, where the CPU has SHA
@@ -158,20 +164,22 @@ def executable_key(state, programs, mode: str) -> str:
     for key in sorted(state.arenas):
         a = state.arenas[key]
         h.update(f"arena {key} {a.size}".encode())
-        h.update(a.tile_of[:a.size].tobytes())
+        h.update(_raw(a.tile_of[:a.size]))
     for v in state.variables:
         h.update(repr((v.name, v.dtype.name, v.shape, v.offset)).encode())
         if v.values is not None:
-            h.update(v.values.tobytes())
+            h.update(_raw(v.values))
     h.update(repr([cs.name for cs in state.compute_sets]).encode())
     for g in state.vertices.groups:
         h.update(repr((g.cs, g.first, g.single)).encode() + _codelet_id(g.codelet))
-        h.update(g.tiles.tobytes() + g.estimates.tobytes())
+        h.update(_raw(g.tiles)), h.update(_raw(g.estimates))
         for name in sorted(g.conns):
             c = g.conns[name]
-            h.update(name.encode() + c.ids.tobytes() + c.lengths.tobytes() + c.counts.tobytes())
+            h.update(name.encode())
+            h.update(_raw(c.ids)), h.update(_raw(c.lengths)), h.update(_raw(c.counts))
     for name, (mode_, t) in sorted(state.handles.items()):
-        h.update(f"handle {name} {mode_}".encode() + t.ids.tobytes())
+        h.update(f"handle {name} {mode_}".encode())
+        h.update(_raw(t.ids))
     h.update(repr(sorted((s.name, s.dtype.name, s.num_elements, s.direction)
                          for s in state.streams.values())).encode())
     h.update(repr(sorted((b.name, b.dtype.name, b.num_elements, b.repeats)
