@@ -148,8 +148,8 @@ def test_a_run_shares_its_work_only_after_two_runs_alone_took_min_seconds(monkey
 
 
 def test_an_engine_hands_out_only_the_steps_that_took_long_enough(monkeypatch):
-    """With MIN_SECONDS at 0 a big enough step goes to the lanes; out of reach, it never
-    does; the bits are the same."""
+    """With MIN_SECONDS at 0 a big enough step goes to the lanes (its copies too when they
+    move MIN_COPY elements or more); out of reach, it never does; the bits are the same."""
     monkeypatch.setenv("IPULAB_THREADS", "2")
     monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
     handed = []
@@ -164,7 +164,14 @@ def test_an_engine_hands_out_only_the_steps_that_took_long_enough(monkeypatch):
         for _ in range(3):
             e.run()
         outs.append(e.read_tensor("y").tobytes())
-        assert bool(handed) == (seconds == 0.0)
+        # one hand-over a run, the vertices': the copies into their buffers (fewer than
+        # lanes.MIN_COPY elements) stay in the caller
+        assert len(handed) == (3 if seconds == 0.0 else 0)
+    monkeypatch.setattr(lanes, "MIN_SECONDS", 0)
+    monkeypatch.setattr(lanes, "MIN_COPY", 0)
+    handed.clear()
+    e.run()
+    assert len(handed) == 3 and e.read_tensor("y").tobytes() == outs[0]   # in, vertices, out
     assert outs[0] == outs[1]
 
 

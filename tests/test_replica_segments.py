@@ -93,7 +93,8 @@ def test_the_buffers_of_consecutive_compute_sets_lie_apart_on_a_replicated_graph
     buffers take different host memory, until SCRATCH_SPAN is filled; an unreplicated
     graph's all start right after the variables."""
     e = _engine()
-    first, second = (s.action.scratch for s in e._compiled.roots[0]._runs[0].steps[::2])
+    segment, = bsp.replica_segments(e._compiled.roots[0].nodes)
+    first, second = (s.action.scratch for s in segment.steps[::2])
     assert first and second and not bsp._shares_scratch(first, second)
     (key, start, end), = first
     assert start == 4 * e._compiled.replica_stride[key]      # right after every replica's

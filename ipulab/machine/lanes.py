@@ -54,6 +54,11 @@ MIN_WORK = 100_000
 # lanes; those of 350 us to 1.8 ms gained up to 740 us (its step: 20.0 ms on one lane, 18.5 ms
 # with only steps of 300 us or more on two).
 MIN_SECONDS = 300e-6
+# Elements that a step's copies before or after its vertices move, below which they stay in the
+# caller while the vertices go to the lanes: gathers of short runs gain little from a second
+# lane, and each hand-over costs its wake-ups (the small GPT's copies of 2,000 to 260,000
+# elements took 70-300 us on two lanes; its step 18.1-18.8 ms with them shared, 17.5-18.2 not).
+MIN_COPY = 400_000
 
 
 def available() -> int:

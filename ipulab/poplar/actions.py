@@ -42,9 +42,11 @@ class ComputeAction:
                 if plans is None:
                     lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
                     self._round_half(state.arenas, 0, 1)
-                elif plans:
+                elif sum(p.num_elements for p, _ in plans) >= lanes.MIN_COPY:
                     lanes.run([partial(run_plans_part, plans, arenas, i, k)
                                for i in range(k)], n)
+                else:
+                    run_plans(plans, arenas)
         else:
             lanes.run_alone(self.timing, self._in_turn, state)
 
@@ -93,6 +95,12 @@ class ComputeAction:
             a[idx] = round_half(a[idx])
 
 
+def run_plans(plans: list, arenas: dict) -> None:
+    """Every copy plan, in this thread."""
+    for plan, key in plans:
+        plan.run(arenas[key], arenas[key])
+
+
 def run_plans_part(plans: list, arenas: dict, i: int, n: int) -> None:
     """Lane i of n's share of each copy plan (its runs, or its replicas)."""
     for plan, key in plans:
@@ -124,8 +132,4 @@ class CopyAction:
             lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
                        for i in range(k)], n)
             return
-        lanes.run_alone(self.timing, self._in_turn, state)
-
-    def _in_turn(self, state) -> None:
-        for plan, key in self.plans:
-            plan.run(state.arenas[key], state.arenas[key])
+        lanes.run_alone(self.timing, run_plans, self.plans, state.arenas)
