@@ -147,10 +147,10 @@ def _value(v, h) -> None:
         h.update(repr(v).encode())
 
 
-def _raw(a: np.ndarray) -> memoryview:
-    """The array's bytes as a.tobytes() gives them, without copying them (a big graph's
-    columns are hundreds of megabytes)."""
-    return memoryview(np.ascontiguousarray(a)).cast("B")
+def _raw(a: np.ndarray) -> np.ndarray:
+    """The array's bytes as a.tobytes() gives them (any shape, empty ones too), without
+    copying them (a big graph's columns are hundreds of megabytes)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
 def executable_key(state, programs, mode: str) -> str:
