@@ -172,11 +172,13 @@ def executable_key(state, programs, mode: str) -> str:
     h.update(repr([cs.name for cs in state.compute_sets]).encode())
     for g in state.vertices.groups:
         h.update(repr((g.cs, g.first, g.single)).encode() + _codelet_id(g.codelet))
-        h.update(_raw(g.tiles)), h.update(_raw(g.estimates))
+        for column in (g.tiles, g.estimates):
+            h.update(_raw(column))
         for name in sorted(g.conns):
             c = g.conns[name]
             h.update(name.encode())
-            h.update(_raw(c.ids)), h.update(_raw(c.lengths)), h.update(_raw(c.counts))
+            for column in (c.ids, c.lengths, c.counts):
+                h.update(_raw(column))
     for name, (mode_, t) in sorted(state.handles.items()):
         h.update(f"handle {name} {mode_}".encode())
         h.update(_raw(t.ids))
