@@ -159,7 +159,8 @@ def test_an_engine_hands_out_only_the_steps_that_took_long_enough(monkeypatch):
     for seconds in (0.0, 3600.0):
         monkeypatch.setattr(lanes, "MIN_SECONDS", seconds)
         e, shape = _engine(1, rows=1024)            # (2 x lanes.MIN_WORK elements)
-        e.write_tensor("x", np.abs(np.random.default_rng(2).standard_normal(shape), dtype=np.float32))
+        x = np.random.default_rng(2).standard_normal(shape)
+        e.write_tensor("x", np.abs(x, dtype=np.float32))
         handed.clear()
         for _ in range(3):
             e.run()
