@@ -76,7 +76,9 @@ class Watch:
 
     def _run(self):
         while self.proc.poll() is None:
-            self.seen |= descendants(self.proc.pid)
+            # a new set, not one grown in place: a reader iterating the old one meanwhile
+            # (the test's thread) would fail with "Set changed size during iteration"
+            self.seen = self.seen | descendants(self.proc.pid)
             self.peak = max(self.peak, shared_memory() - self.shm0)
             time.sleep(0.1)
 
