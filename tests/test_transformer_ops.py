@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import MODES, bits
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from nn_helpers import LAYOUTS, Lab
 
@@ -29,9 +29,9 @@ def _host(a, precision):
     return np.asarray(a, np.float32).astype(DTYPES[precision].host)
 
 
-def _close(got, want, precision, scale=1.0):
+def _close(got, want, precision, scale=1.0, rscale=1.0):
     rtol, atol = TOL[precision]
-    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol,
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=rtol * rscale,
                                atol=atol * scale)
 
 
@@ -140,6 +140,7 @@ def _layer_norm_reference(x, gamma, beta, dy, eps=1e-5):
 @given(shape=st.lists(st.integers(1, 7), min_size=1, max_size=3),
        precision=st.sampled_from(list(DTYPES)), how=st.sampled_from(LAYOUTS),
        seed=st.integers(0, 2 ** 16))
+@example(shape=[3, 5, 2], precision="fp32", how="poplar", seed=1)   # a row of 1.641, 1.652
 def test_layer_norm_and_gradients(dev, shape, precision, how, seed):
     rng = np.random.default_rng(seed)
     d = shape[-1]
@@ -159,11 +160,15 @@ def test_layer_norm_and_gradients(dev, shape, precision, how, seed):
     out = lab.run()
     want = _layer_norm_reference(x, gamma, beta, dy)
     rows = int(np.prod(shape[:-1]))
-    for key, w, scale in (("y", want[0], 1), ("mean", want[1], 1), ("inv", want[2], 1),
-                          ("dx", want[3], 10), ("dg", want[4], rows), ("db", want[5], rows),
-                          ("dg2", want[4], rows), ("db2", want[5], rows)):
+    # x - mean in float32 loses |x| / sigma of its relative precision (a row of two close
+    # values: 1.641 and 1.652 lose 300 of it): what is computed from it, relatively as much
+    cond = max(1.0, float(np.max(np.abs(x) * np.asarray(want[2])[..., None])))
+    for key, w, scale, rscale in (
+            ("y", want[0], 1, cond), ("mean", want[1], 1, 1), ("inv", want[2], 1, 1),
+            ("dx", want[3], 10, cond), ("dg", want[4], rows, cond), ("db", want[5], rows, 1),
+            ("dg2", want[4], rows, cond), ("db2", want[5], rows, 1)):
         if precision == "fp32" or key not in ("mean", "inv"):
-            _close(out[key], w, precision, scale)
+            _close(out[key], w, precision, scale, rscale)
 
 
 def test_layer_norm_matches_torch_to_float32_rounding(dev):
