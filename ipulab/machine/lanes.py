@@ -117,7 +117,17 @@ class _Worker:
             self.jobs.get().work()
 
 
-class Pace:
+class _ThisProcess:
+    """A record of this process's clock: pickled with a stored executable, it starts afresh."""
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+
+class Pace(_ThisProcess):
     """Whether the workers have been speeding up one caller's runs (a step's, a segment's):
     after a run they did not, that caller's runs go to one lane for twice as long as its last
     miss did (FIRST_ALONE to MAX_ALONE); a run they did speed up ends that. Not kept when
@@ -127,30 +137,18 @@ class Pace:
         self.alone = 0.0        # how long the last miss sent runs to one lane (s)
         self.until = 0.0        # _clock() until which threads() answers 1
 
-    def __getstate__(self) -> dict:
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
-
     def after(self, helped: bool) -> None:
         self.alone = 0.0 if helped else min(max(2 * self.alone, FIRST_ALONE), MAX_ALONE)
         self.until = _clock() + self.alone
 
 
-class Timing:
+class Timing(_ThisProcess):
     """How long one caller's runs (a step's, a segment's) take on one lane: the shortest of
     them. Not kept when pickled with a stored executable (the times are this process's)."""
 
     def __init__(self):
         self.runs = 0
         self.shortest = float("inf")
-
-    def __getstate__(self) -> dict:
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()
 
     def record(self, seconds: float) -> None:
         self.runs += 1
