@@ -17,7 +17,7 @@ import ipulab
 from ipulab import poplar, poplin, poputil
 from ipulab.errors import GraphError, TileMemoryError
 from ipulab.poplar import program as prog
-from ipulab.poplin.codelets import rows_product
+from ipulab.poplin.codelets import ReducePartials, rows_product
 
 RNG = np.random.default_rng(1234)
 
@@ -248,6 +248,32 @@ def test_rows_product_sums_in_order_in_float32(m, k, n, data):
     for kk in range(k):
         want[r0:r1] += a.reshape(m, k)[r0:r1, kk:kk + 1] * b.reshape(k, n)[kk]
     np.testing.assert_array_equal(bits(c), bits(want.ravel()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 40), q=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_reduce_partials_sums_each_output_in_order_in_float32(dev4, mode, n, q, seed):
+    """out[j] = ((p[j] + p[n + j]) + p[2n + j]) + ..., rounded to float32 at every step, in
+    every codelet mode: with few outputs (one at a time) and with many (partial by partial)."""
+    rng = np.random.default_rng(seed)
+    host = (rng.standard_normal(q * n) * 10.0 ** rng.integers(-3, 4, q * n)).astype(np.float32)
+    g = poplar.Graph(dev4.target)
+    partials = g.add_variable(poplar.FLOAT, [q * n], "partials")
+    out = g.add_variable(poplar.FLOAT, [n], "out")
+    g.set_tile_mapping(partials, 1)
+    g.set_tile_mapping(out, 1)
+    cs = g.add_compute_set("reduce")
+    g.add_vertex(cs, ReducePartials, {"partials": partials, "out": out}, tile=1)
+    g.create_host_write("partials", partials)
+    g.create_host_read("out", out)
+    e = poplar.Engine(g, prog.Execute(cs), mode[1])
+    e.load(dev4)
+    e.write_tensor("partials", host)
+    e.run()
+    want = host[:n].copy()
+    for i in range(1, q):
+        want += host[i * n:(i + 1) * n]
+    np.testing.assert_array_equal(bits(e.read_tensor("out")), bits(want))
 
 
 # --- convolution -------------------------------------------------------------------------------

@@ -218,6 +218,25 @@ def _partial_sum(partials, j, n):
 
 
 def _reduce_partials(worker_id, partials, out):
+    """Into a FLOAT out, all in worker 0's call (each output's sum is its own chain, so how the
+    outputs are shared does not change a bit): partial after partial over the whole run of
+    outputs, which the host adds in SIMD, the same float32 sums in the same order as
+    _partial_sum's; output by output when there are too few outputs to fill two registers."""
+    n = len(out)
+    if worker_id == 0 and n < 2 * LANES:
+        for j in range(n):
+            out[j] = _partial_sum(partials, j, n)
+    elif worker_id == 0:
+        for j in range(n):
+            out[j] = partials[u(j)]
+        p = n
+        while p < len(partials):
+            for j in range(n):
+                out[j] += partials[u(p + j)]
+            p += n
+
+
+def _reduce_partials_rounded_once(worker_id, partials, out):
     n = len(out)
     for j in range(worker_id * n // 6, (worker_id + 1) * n // 6):
         out[j] = _partial_sum(partials, j, n)       # rounded once, to out's type
@@ -239,6 +258,7 @@ class ReducePartialsHalf(ReducePartials):
     """ReducePartials with a HALF output: summed in float32, rounded once."""
 
     out = Output(Vector[HALF])
+    compute = staticmethod(_reduce_partials_rounded_once)
 
 
 def _reduce_partials_acc(worker_id, alpha, partials, out):
