@@ -11,8 +11,9 @@ throw-away workspace outside the checkout, and JupyterLab (127.0.0.1, free port,
 throw-away config/data/runtime dirs with a "python3" kernelspec pointing at this interpreter,
 the workspace's own Jupyter config as `ipulab lab` gives it) is rooted there. Running each
 notebook must leave `git status --porcelain` of the checkout's course folders as it was. A
-screenshot of each notebook goes to test-artifacts/browser/ (a JPEG: encoding a PNG of a
-notebook's full height took a second). It runs every course notebook
+screenshot of each notebook that fails goes to test-artifacts/browser/ (a JPEG: encoding a
+PNG of a notebook's full height took a second); of every notebook with
+IPULAB_BROWSER_SCREENSHOTS=all. It runs every course notebook
 with a widget or a figure (all of them) and tests/browser/bow2000_views.ipynb (every viz
 figure and widget for a full Bow-2000, issue 3), which must finish within its TIME_LIMITS
 entry.
@@ -89,6 +90,9 @@ SERVER_START = 90
 PAGE_LOAD = 120
 KERNEL_START = 120
 RUN = float(os.environ.get("IPULAB_BROWSER_RUN_TIMEOUT", 180))
+# A notebook that fails is always photographed; one that passes only with this set to "all"
+# (the full-height screenshots took 48 of the test's 336 s of CPU).
+EVERY_SCREENSHOT = os.environ.get("IPULAB_BROWSER_SCREENSHOTS", "") == "all"
 RENDER = 30
 POLL = 250          # ms between looks at the page
 
@@ -553,6 +557,7 @@ def test_notebook_in_browser(notebook, lab, jupyter_server, workspace):
     state, failed, notes = {}, True, []
     shot, failed_shot = ARTIFACTS / f"{src.stem}.jpg", ARTIFACTS / f"{src.stem}-FAILED.jpg"
     failed_shot.unlink(missing_ok=True)
+    shot.unlink(missing_ok=True)                # (no stale picture of an earlier run)
     console = lab.console
 
     def fail(msg):
@@ -685,7 +690,8 @@ def test_notebook_in_browser(notebook, lab, jupyter_server, workspace):
               f"(page load to last cell); {'; '.join(notes)}")
     finally:
         try:
-            _screenshot(page, failed_shot if failed else shot)
+            if failed or EVERY_SCREENSHOT:
+                _screenshot(page, failed_shot if failed else shot)
         except Exception as e:
             print(f"\n(screenshot failed: {e})")
         try:
