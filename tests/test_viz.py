@@ -1,12 +1,11 @@
 """viz: bokeh figures tested as data (no browser): glyphs, source columns and values, colours,
-tooltips, aggregation at Bow-2000 scale, linked-selection callbacks, build time."""
+tooltips, aggregation at Bow-2000 scale, linked-selection callbacks."""
 import ast
 import copy
 import json
 import pathlib
 import shutil
 import subprocess
-import time
 
 import numpy as np
 import pytest
@@ -439,15 +438,12 @@ def test_figures_of_a_run_that_did_nothing():
     assert len(source(viz.codelet_summary(idle), "codelets").data["codelet"]) == 0
 
 
-def test_bow2000_aggregates_and_builds_fast(bow):
+def test_bow2000_aggregates(bow):
+    """A few glyphs a figure however many tiles (how fast they build is benchmarks/views.py's:
+    1 s each)."""
     assert bow.num_tiles == 5888 and (bow.memory_total > 0).all()
-    times = {}
     for f in FIGURES:
-        t0 = time.perf_counter()
-        model = f(bow)
-        times[f.__name__] = time.perf_counter() - t0
-        assert len(glyphs(model)) <= 6, f.__name__
-    assert max(times.values()) < 1.0, times
+        assert len(glyphs(f(bow))) <= 6, f.__name__
     heat = viz.tile_memory_heatmap(bow)
     assert len(glyphs(heat)) == 1 and len(source(heat, "tiles").data["tile"]) == 5888
     assert len(np.unique(source(heat, "tiles").data["ipu"])) == 4
