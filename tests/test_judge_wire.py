@@ -266,3 +266,30 @@ def test_what_a_submission_sends_in_all_is_capped(monkeypatch):
     assert run.receive() == run.receive() == bytes(1000)
     with pytest.raises(WireError, match=f"{len(frame):,} bytes, over the limit of 10$"):
         run.receive()
+
+
+class Scripted:
+    """A submission's process that sends what it is given, in order."""
+
+    def __init__(self, messages):
+        self.messages, self.cell = list(messages), None
+
+    def send(self, cells):
+        pass
+
+    def receive(self):
+        return self.messages.pop(0)
+
+
+@pytest.mark.parametrize("answers, starts", [(0, 0), (1, 1), (50, 1)])
+def test_the_judge_starts_numba_once_and_only_for_a_notebook_with_answers(monkeypatch, answers,
+                                                                          starts):
+    """While the cells run, the first answer starts numba in the judge (so no check's share pays
+    for it); a notebook with no answer never does, and a flood of answers does so once."""
+    from ipulab.course.grading import session
+    calls = []
+    monkeypatch.setattr(session, "warm_up", lambda: calls.append(1))
+    sent = [("cell", 1)] + [("answer", f"ex01.q{i}", b"x") for i in range(answers)] + \
+        [("done", [(None, [])], [])]
+    got, outcomes, tampered, gone = session.run_notebook(Scripted(sent), ["pass"])
+    assert len(calls) == starts and len(got) == answers and not tampered and gone is None
