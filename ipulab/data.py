@@ -34,16 +34,32 @@ def digits():
     Returns (x_train, y_train, x_test, y_test): images as NCHW float32 of shape (n, 1, 8, 8)
     in [0, 1] (pixel / 16), labels as int64 in 0..9. The split is 80/20 (1,437 / 360), a
     permutation with the fixed seed DIGITS_SEED, so every call gives the same arrays."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = (d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
-    y = d.target.astype(np.int64)
+    table = _bundled_digits()
+    x = (table[:, :-1].reshape(-1, 8, 8).astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    y = table[:, -1].astype(np.int64)
     n = len(y)
     n_test = math.ceil(DIGITS_TEST_FRACTION * n)
     order = np.random.default_rng(DIGITS_SEED).permutation(n)
     test, train = order[:n_test], order[n_test:]
     return (np.ascontiguousarray(x[train]), y[train], np.ascontiguousarray(x[test]), y[test])
+
+
+def _bundled_digits() -> np.ndarray:
+    """scikit-learn's digits.csv.gz as load_digits() parses it (1,797 rows: 64 pixels, then
+    the label), read in place: importing sklearn.datasets takes a second (it imports most of
+    scikit-learn and scipy), which every kernel and test process that trains would pay."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")          # finds the package, runs none of it
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as f:
+                return np.loadtxt(f, delimiter=",")
+    from sklearn.datasets import load_digits            # another layout: ask scikit-learn
+
+    d = load_digits()
+    return np.column_stack([d.data, d.target])
 
 
 # --- MNIST ----------------------------------------------------------------------------------------

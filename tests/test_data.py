@@ -2,6 +2,8 @@
 a clear DataError for every missing or malformed file."""
 import gzip
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +42,27 @@ def test_digits_is_the_bundled_set_split_80_20_with_a_fixed_seed():
     assert got == ref and len(y_all) == 1797
     # shuffled, not the first 1,437
     assert not np.array_equal(y_train[:50], d.target[:50])
+
+
+def test_digits_are_read_in_place_as_load_digits_gives_them_without_importing_it(monkeypatch):
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    table = data._bundled_digits()
+    np.testing.assert_array_equal(table, np.column_stack([d.data, d.target]))
+    # where scikit-learn keeps its data elsewhere, load_digits() is asked: the same arrays
+    in_place = data.digits()
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    np.testing.assert_array_equal(data._bundled_digits(), table)
+    for u, v in zip(data.digits(), in_place):
+        assert u.dtype == v.dtype and u.shape == v.shape
+        np.testing.assert_array_equal(u, v)
+
+
+def test_reading_digits_does_not_import_scikit_learns_datasets():
+    code = ("import sys, ipulab.data as d; d.digits(); "
+            "print('sklearn.datasets' in sys.modules, 'scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"], out
 
 
 # --- MNIST files --------------------------------------------------------------------------------
