@@ -65,18 +65,12 @@ def check_numba() -> list[Finding]:
                            "run as slow Python", "unset NUMBA_DISABLE_JIT   (then restart the kernel)"))
         return out
     try:
-        import numba
         import numpy as np
 
-        @numba.njit(cache=False)
-        def _probe(a):
-            s = np.float32(0.0)
-            for x in a:
-                s += x
-            return s
+        from .numba_probe import float_sum
 
-        ok = float(_probe(np.arange(4, dtype=np.float32))) == 6.0
-        out.append(Finding("numba JIT", ok, "compiles and runs a loop" if ok else
+        ok = float(float_sum(np.arange(4, dtype=np.float32))) == 6.0
+        out.append(Finding("numba JIT", ok, "runs a compiled loop" if ok else
                            "compiled a loop that returned a wrong sum",
                            "" if ok else f"{PIP} --force-reinstall numba llvmlite"))
     except Exception as e:
