@@ -26,6 +26,7 @@ def _release_memory_after_each_file():
     yield
     poplar.executables.forget_in_memory()
     gc.collect()
+    gc.freeze()     # what outlived the file stays: the next files' collections skip it
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)         # glibc keeps freed arenas otherwise
     except (OSError, AttributeError):
