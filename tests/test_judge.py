@@ -238,7 +238,7 @@ def test_killing_the_parent_reaches_nothing_outside(tmp_path):
     reaches only its own processes: the judge and this grader carry on."""
     kill = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)"
     result = graded(notebook(tmp_path, "solutions", (13, kill)))
-    assert statuses(result) == dict.fromkeys(QIDS, "passed")
+    assert statuses(result) == dict.fromkeys(QIDS, "passed"), result
     suicide = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
     result = graded(notebook(tmp_path, "solutions", (13, suicide)))
     assert statuses(result)["ex01.six_workers"] == "crashed"
