@@ -3,6 +3,7 @@ environment): course checks record progress in a throwaway file, not in the lear
 and compiled executables are not written to the cache folder. Under `make test` (pytest-xdist
 --dist loadfile) each file is one unit of work, the browser test two, and the slowest start
 first."""
+import gc
 import os
 import tempfile
 
@@ -32,6 +33,13 @@ def pytest_collection_modifyitems(config, items):
     """The slowest files first (a stable sort: each file's tests keep their order)."""
     rank = {path: i for i, path in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+def pytest_collection_finish(session):
+    """What collection loaded (the test modules, ipulab, numba, bokeh) lives all session: frozen,
+    the collector's passes skip it (tests/conftest.py freezes after each test file too)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(optionalhook=True)     # a hook of pytest-xdist: without it, not called
