@@ -293,3 +293,20 @@ def test_the_key_hashes_an_arrays_bytes_as_tobytes_gives_them(a):
     """Keys hash the graph's columns without copying them: the same bytes as tobytes(), for
     every shape (an empty 2-D one too), so equal graphs keep equal keys."""
     assert bytes(X._raw(a)) == a.tobytes()
+
+
+@pytest.mark.parametrize("short", [-1, 16, 10**9], ids=["none-short", "some-short", "all-short"])
+def test_the_key_is_the_same_however_its_columns_are_gathered(monkeypatch, short):
+    """Short columns are hashed together, long ones in place: where the line falls never
+    changes a key (single vertices, a bulk group, and a single vertex on a long tensor here)."""
+    g, p = build()
+    long = g.add_variable(poplar.FLOAT, [64], "long")
+    g.set_tile_mapping(long, 0)
+    cs = g.add_compute_set("more")
+    g.add_vertex(cs, AddOne, {"in": long, "out": long}, 0)
+    for tile in range(4):
+        g.add_vertex(cs, AddOne, {"in": long[tile:tile + 1], "out": long[tile + 8:tile + 9]}, tile)
+    monkeypatch.setattr(X, "SHORT_COLUMN_BYTES", 4096)
+    default = X.executable_key(g._state, [p], "compiled")
+    monkeypatch.setattr(X, "SHORT_COLUMN_BYTES", short)
+    assert X.executable_key(g._state, [p], "compiled") == default

@@ -39,6 +39,7 @@ from .tensor import Tensor
 
 MAGIC = b"IPULAB-EXE-1\n"
 MEMORY_ENTRIES = 8
+SHORT_COLUMN_BYTES = 4096      # a key's columns up to this size are copied and hashed together
 # ... and at most this many bytes of them (the size of their disk entries; a Pod16 GPT's is
 # ~270 MB): the newest entry always stays.
 MEMORY_BYTES = int(float(os.environ.get("IPULAB_CACHE_MEMORY_MB", "1024")) * 2**20)
@@ -153,6 +154,29 @@ def _raw(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
 
+def _hash_group(g, h) -> None:
+    """Hash a vertex group: its compute set, first vertex and codelet, then its columns. Short
+    columns are copied and hashed together (add_vertex makes groups of one vertex: a GPT's
+    graph has 80,000), long ones hashed in place; the bytes hashed are the same either way."""
+    parts = [repr((g.cs, g.first, g.single)).encode() + _codelet_id(g.codelet)]
+
+    def column(a: np.ndarray) -> None:
+        if a.nbytes <= SHORT_COLUMN_BYTES:
+            parts.append(a.tobytes())
+        else:
+            h.update(b"".join(parts))
+            parts.clear()
+            h.update(_raw(a))
+    column(g.tiles)
+    column(g.estimates)
+    for name in sorted(g.conns):
+        c = g.conns[name]
+        parts.append(name.encode())
+        for a in (c.ids, c.lengths, c.counts):
+            column(a)
+    h.update(b"".join(parts))
+
+
 def executable_key(state, programs, mode: str) -> str:
     """The key of what compiling these programs over this graph state gives (SHA-1: the
     fastest of hashlib's on the megabytes of a big graph's columns, where the CPU has SHA
@@ -171,14 +195,7 @@ def executable_key(state, programs, mode: str) -> str:
             h.update(_raw(v.values))
     h.update(repr([cs.name for cs in state.compute_sets]).encode())
     for g in state.vertices.groups:
-        h.update(repr((g.cs, g.first, g.single)).encode() + _codelet_id(g.codelet))
-        for column in (g.tiles, g.estimates):
-            h.update(_raw(column))
-        for name in sorted(g.conns):
-            c = g.conns[name]
-            h.update(name.encode())
-            for column in (c.ids, c.lengths, c.counts):
-                h.update(_raw(column))
+        _hash_group(g, h)
     for name, (mode_, t) in sorted(state.handles.items()):
         h.update(f"handle {name} {mode_}".encode())
         h.update(_raw(t.ids))
