@@ -39,7 +39,6 @@ from .tensor import Tensor
 
 MAGIC = b"IPULAB-EXE-1\n"
 MEMORY_ENTRIES = 8
-SHORT_COLUMN_BYTES = 4096      # a key's columns up to this size are copied and hashed together
 # ... and at most this many bytes of them (the size of their disk entries; a Pod16 GPT's is
 # ~270 MB): the newest entry always stays.
 MEMORY_BYTES = int(float(os.environ.get("IPULAB_CACHE_MEMORY_MB", "1024")) * 2**20)
@@ -47,6 +46,7 @@ MEMORY_BYTES = int(float(os.environ.get("IPULAB_CACHE_MEMORY_MB", "1024")) * 2**
 # compiling it), and the folder is kept under a size: oldest entries go first.
 DISK_MIN_SECONDS = float(os.environ.get("IPULAB_CACHE_MIN_SECONDS", "0.1"))
 DISK_LIMIT_BYTES = int(float(os.environ.get("IPULAB_CACHE_MB", "2048")) * 2**20)
+SHORT_COLUMN_BYTES = 4096      # a key's columns up to this size are copied and hashed together
 _memory: OrderedDict = OrderedDict()    # key -> (executable, bytes of its disk entry or 0)
 _codelet_ids: dict = {}
 _package_digest = None
