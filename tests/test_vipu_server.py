@@ -37,6 +37,7 @@ from ipulab.vipu.server import Server, account
 
 ROOT = os.geteuid() == 0
 as_root = pytest.mark.skipif(not ROOT, reason="clients of other uids need root to start them")
+STUCK_SECONDS = 6.0     # a silent client's deadline: far beyond a busy machine's few requests
 ALICE, BOB, CAROL = 47001, 47002, 47003        # uids without accounts: uid47001, ...
 NOBODY = pwd.getpwnam("nobody").pw_uid if ROOT else None
 
@@ -50,17 +51,26 @@ def shared_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture
-def server(shared_dir):
-    """A server in a thread of this process (so as this process's user: the admin)."""
-    srv = Server(shared_dir / "vipu.sock", shared_dir / "state" / "vipu.sqlite",
-                 request_seconds=2.0, log=open(os.devnull, "w")).open()
+@contextlib.contextmanager
+def serving(folder, sock="v.sock", db="v.sqlite", **options):
+    """A server in a thread of this process (so as this process's user: the admin), its log
+    thrown away unless options give one; stopped and closed on the way out."""
+    options.setdefault("log", open(os.devnull, "w"))
+    srv = Server(folder / sock, folder / db, **options).open()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
-    yield srv
-    srv.stop()
-    t.join(10)
-    srv.close()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        t.join(10)
+        srv.close()
+
+
+@pytest.fixture
+def server(shared_dir):
+    with serving(shared_dir, "vipu.sock", "state/vipu.sqlite", request_seconds=2.0) as srv:
+        yield srv
 
 
 def as_uid(uid, fn, *args):
@@ -317,32 +327,30 @@ def test_an_oversized_request_is_cut_off(server):
     assert reply["ok"] is False and "at most 65,536 bytes" in reply["message"]
 
 
-def test_a_stuck_client_blocks_nobody(server):
-    admin = vipu.connect(server=server.socket_path)
-    admin.init("pod16")
-    stuck = []
-    for _ in range(5):                                # connected, and silent
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect(str(server.socket_path))
-        s.sendall(b'{"action": "whoami"')             # half a request, never finished
-        stuck.append(s)
-    admin.create_partition("p", 4)
-    assert [p.name for p in admin.list_partitions()] == ["p"]
-    # not behind the stuck ones: answered before the first of them is dropped (2 s)
-    assert select.select([stuck[0]], [], [], 0)[0] == [], "the stuck clients went first"
-    stuck[0].settimeout(5)
-    reply = wire.decode(wire.read_line(stuck[0], wire.MAX_REPLY, time.monotonic() + 5))
-    assert "timed out" in reply["message"]            # dropped at its deadline (2 s here)
-    for s in stuck:
-        s.close()
+def test_a_stuck_client_blocks_nobody(shared_dir):
+    with serving(shared_dir, request_seconds=STUCK_SECONDS) as server:
+        admin = vipu.connect(server=server.socket_path)
+        admin.init("pod16")
+        stuck = []
+        for _ in range(5):                            # connected, and silent
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(server.socket_path))
+            s.sendall(b'{"action": "whoami"')         # half a request, never finished
+            stuck.append(s)
+        admin.create_partition("p", 4)
+        assert [p.name for p in admin.list_partitions()] == ["p"]
+        # not behind the stuck ones: answered while all of them still wait to be dropped
+        assert select.select(stuck, [], [], 0)[0] == [], "the stuck clients went first"
+        deadline = time.monotonic() + STUCK_SECONDS + 10
+        for s in stuck:                               # each dropped at its deadline
+            s.settimeout(STUCK_SECONDS + 10)
+            reply = wire.decode(wire.read_line(s, wire.MAX_REPLY, deadline))
+            assert "timed out" in reply["message"], reply
+            s.close()
 
 
 def test_one_uid_cannot_take_every_thread(shared_dir):
-    srv = Server(shared_dir / "v.sock", shared_dir / "v.sqlite", request_seconds=3.0,
-                 max_per_uid=2, log=open(os.devnull, "w")).open()
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
+    with serving(shared_dir, request_seconds=3.0, max_per_uid=2) as srv:
         hogs = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(2)]
         for h in hogs:
             h.connect(str(srv.socket_path))
@@ -355,10 +363,6 @@ def test_one_uid_cannot_take_every_thread(shared_dir):
             h.close()
         # a client retries while busy, within its timeout
         assert vipu.connect(server=srv.socket_path).user == "root"
-    finally:
-        srv.stop()
-        t.join(10)
-        srv.close()
 
 
 def test_a_log_nobody_reads_costs_lines_not_answers(shared_dir, monkeypatch):
@@ -371,20 +375,15 @@ def test_a_log_nobody_reads_costs_lines_not_answers(shared_dir, monkeypatch):
     read_end, write_end = os.pipe()
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     log = os.fdopen(write_end, "w")
-    srv = Server(shared_dir / "v.sock", shared_dir / "v.sqlite", log=log).open()
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
     try:
-        ctl = vipu.connect(server=srv.socket_path)
-        ctl.init("pod16")
-        for _ in range(60):                           # 60 refusals, each a ~300-byte log line
-            with pytest.raises(errors.UnknownPartitionError):     # (not the client's timeout)
-                ctl.remove_partition("nope")
-        assert srv._log_lines.full()                  # the writer is stuck: lines were dropped
+        with serving(shared_dir, log=log) as srv:
+            ctl = vipu.connect(server=srv.socket_path)
+            ctl.init("pod16")
+            for _ in range(60):                       # 60 refusals, each a ~300-byte log line
+                with pytest.raises(errors.UnknownPartitionError):  # (not the client's timeout)
+                    ctl.remove_partition("nope")
+            assert srv._log_lines.full()              # the writer is stuck: lines were dropped
     finally:
-        srv.stop()
-        t.join(10)
-        srv.close()
         os.close(read_end)
 
 
