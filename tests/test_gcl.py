@@ -1,10 +1,12 @@
 """gcl.all_reduce: a ring all-reduce across replicas, exact and identical on every replica."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ipulab
 from ipulab import gcl, poplar, popops, poputil
 from ipulab.errors import GraphError
+from ipulab.machine import bsp
 from ipulab.poplar import program as prog
 
 from helpers import MODES, bits
@@ -33,6 +35,11 @@ def ring_reference(x: np.ndarray, op: str) -> np.ndarray:
 @pytest.fixture(scope="module")
 def bow4():
     return ipulab.devices.bow2000(tiles_per_ipu=4)
+
+
+@pytest.fixture(scope="module")
+def pod16_small():
+    return ipulab.devices.pod(16, tiles_per_ipu=4)
 
 
 def build(dev, r, dtype, shape, op, in_place=False, mapping="linear"):
@@ -129,6 +136,59 @@ def test_all_modes_agree(bow4):
     x = rng.standard_normal((4, 20)).astype(np.float32)
     out = [bits(run(bow4, 4, x, poplar.FLOAT, "add", options)[0]) for options in MODES.values()]
     assert all((o == out[0]).all() for o in out)
+
+
+def _ring_run(dev, r, shape, options, in_place, transposed, seed):
+    """Twice an all-reduce (ADD) of random floats (a transposed view if asked): the engine,
+    every replica's FLOAT variables afterwards (not the exchange buffers after them, which
+    hold nothing between steps), and whether the ring ran in one kernel call."""
+    g = poplar.Graph(dev, replication_factor=r)
+    t = g.add_variable(poplar.FLOAT, shape, "t")
+    poputil.map_tensor_linearly(g, t, grain_size=1, min_elements_per_tile=1)
+    view = t.transpose() if transposed else t
+    seq = prog.Sequence()
+    if in_place:
+        gcl.all_reduce_in_place(g, view, "add", seq)
+    else:
+        gcl.all_reduce(g, view, "add", seq)
+    g.create_host_write("t", t)
+    e = poplar.Engine(g, seq, options)
+    e.load(dev)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((r, *shape)) * 10 ** rng.uniform(-3, 3, (r, *shape))
+    e.write_tensor("t", x.astype(np.float32))
+    e.run()
+    e.run()
+    at_once = any(isinstance(n, bsp.AtOnce) for n in bsp.inlined(e._compiled.roots))
+    variables = r * e._compiled.replica_stride["float32"]
+    return e, bits(e._arenas["float32"][:variables]), at_once
+
+
+@settings(max_examples=30, deadline=None)
+@given(r=st.sampled_from([2, 4, 8, 16]), rows=st.integers(1, 12), cols=st.integers(1, 40),
+       in_place=st.booleans(), transposed=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_ring_in_one_call_is_the_ring_step_by_step(pod16_small, r, rows, cols, in_place,
+                                                       transposed, seed):
+    """Compiled mode sums floats in one kernel call; checked mode runs every copy and combine.
+    Every bit of the arena (result, the ring's buffers, stale parts of short chunks
+    included), the trace and the cycles agree."""
+    runs = [_ring_run(pod16_small, r, [rows, cols], MODES[m], in_place, transposed, seed)
+            for m in ("compiled", "checked")]
+    (fast, fast_bits, fused), (slow, slow_bits, step_by_step) = runs
+    assert fused and not step_by_step
+    np.testing.assert_array_equal(fast_bits, slow_bits)
+    assert fast._trace == slow._trace
+    assert fast.profile().total_cycles == slow.profile().total_cycles
+
+
+def test_only_a_float_sum_in_compiled_mode_runs_in_one_call(bow4):
+    e, _, fused = _ring_run(bow4, 4, [3, 5], {}, False, False, 0)
+    assert fused
+    for dtype, op in ((poplar.FLOAT, "max"), (poplar.INT, "add"), (poplar.HALF, "add")):
+        g, seq = build(bow4, 4, dtype, [3, 5], op)
+        e = poplar.Engine(g, seq)
+        assert not any(isinstance(n, bsp.AtOnce) for n in bsp.inlined(e._compiled.roots))
+    assert not _ring_run(bow4, 4, [3, 5], MODES["python"], False, False, 0)[2]
 
 
 def test_tensor_on_one_tile_and_replicas_sharing_an_ipu():

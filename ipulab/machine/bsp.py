@@ -69,11 +69,11 @@ def _replicated(node) -> int:
     return a.replicas if hasattr(a, "replica_calls") and a.replicas > 1 else 0
 
 
-def _inlined(nodes):
+def inlined(nodes):
     """The nodes with nested Blocks replaced by their own nodes (running them is the same)."""
     for n in nodes:
         if isinstance(n, Block):
-            yield from _inlined(n.nodes)
+            yield from inlined(n.nodes)
         else:
             yield n
 
@@ -92,7 +92,7 @@ def replica_segments(nodes) -> list:
     def close():
         out.extend([ReplicaSegment(run, _replicated(run[0]))] if len(run) > 1 else run)
         run.clear(), taken.clear()
-    for n in _inlined(nodes):
+    for n in inlined(nodes):
         r = _replicated(n)
         scratch = getattr(n.action, "scratch", ()) if r else ()
         if run and (r != _replicated(run[0]) or _shares_scratch(scratch, taken)):
@@ -105,6 +105,19 @@ def replica_segments(nodes) -> list:
     if run:
         close()
     return out
+
+
+class AtOnce:
+    """Steps whose combined effect one action makes in one go (gcl's ring all-reduce, see
+    machine/ring.py); the trace records every step, in order, as if each had run."""
+
+    def __init__(self, steps: list, action):
+        self.nodes, self.action = list(steps), action
+        self.indices = [s.index for s in self.nodes]
+
+    def run(self, state) -> None:
+        self.action(state)
+        state.trace.extend(self.indices)
 
 
 class ReplicaSegment:

@@ -209,6 +209,7 @@ _LOWER = {
     prog.Execute: Compiler.execute,
     prog.Copy: lower_copies.copy,
     prog.CrossReplicaCopy: lower_copies.cross_replica_copy,
+    prog.RingAllReduce: lower_copies.ring_all_reduce,
     prog.PrintTensor: lower_copies.print_tensor,
     prog.Sync: Compiler.sync,
     prog.Repeat: lambda c, p: bsp.Loop(p.count, c.lower(p.body)),

@@ -127,7 +127,7 @@ class ProgramOrder:
         if isinstance(node, bsp.Step):
             p = self._position(node)
             return {p}, {p}, False
-        if isinstance(node, bsp.Block):
+        if isinstance(node, (bsp.Block, bsp.AtOnce)):
             first, last, empty = set(), set(), True
             for child in node.nodes:
                 f, l_, e = self._walk(child, depth)

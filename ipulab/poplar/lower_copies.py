@@ -8,9 +8,10 @@ import numpy as np
 from ..errors import EngineError, ProgramError
 from ..machine import bsp
 from ..machine.exchange import CopyPlan
-from .actions import CopyAction
+from .actions import CopyAction, RingAction
 from .lower_compute import first_duplicate
 from .state import DataStream, RemoteBuffer
+from .types import FLOAT
 
 
 def copy(c, p) -> bsp.Step:
@@ -117,6 +118,28 @@ def cross_replica_copy(c, p) -> bsp.Step:
     plan = CopyPlan(c.target, cat(src_all), d_all, cat(st_all), cat(dt_all), elem_bytes)
     return _exchange_step(c, "cross_replica_copy", p.name, [(plan, key)] if key else [],
                           reads, writes)
+
+
+def ring_all_reduce(c, p):
+    """gcl's ring all-reduce: its copies and combines lowered one by one (each a step of the
+    profile). In compiled mode a FLOAT sum also runs them in one kernel call (bsp.AtOnce),
+    when out is flat itself or apart from it; else they run one by one, as a Block."""
+    block = bsp.Block(c.lower(x) for x in p.programs)
+    steps = list(bsp.inlined(block.nodes))
+    if (c.mode != "compiled" or p.combine != "add" or p.flat.dtype != FLOAT or c.rep.r < 2
+            or not all(isinstance(s, bsp.Step) for s in steps)):
+        return block
+    key = p.flat.dtype.storage.name
+    flat, out, recv, mine = (np.ascontiguousarray(t.ids.ravel(), np.int64)
+                             for t in (p.flat, p.out, p.recv, p.mine))
+    apart = [np.unique(x) for x in ((flat, recv, mine) if np.array_equal(out, flat)
+                                    else (flat, out, recv, mine))]
+    everything = np.concatenate(apart)
+    if np.unique(everything).size < everything.size or \
+            (c.rep.strides(key, everything) != c.rep.V[key]).any():
+        return block
+    return bsp.AtOnce(steps, RingAction(key, flat, out, recv, mine, c.rep.V[key],
+                                        np.asarray(p.size, np.int64)))
 
 
 def remote_copy(c, p) -> bsp.Step:

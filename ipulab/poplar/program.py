@@ -154,6 +154,23 @@ class CrossReplicaCopy(Program):
         return tuple(t for _, src, _, dst in self.moves for t in (src, dst))
 
 
+class RingAllReduce(Sequence):
+    """Internal (ipulab.gcl builds it): a ring all-reduce as the Sequence of its copies and
+    combines, each a step of the profile, together with what they amount to, so that the
+    engine may do it in one go: flat (n elements per replica) reduced with `combine` ("add",
+    ...) across the replicas in ring order into out, through the m-element buffers recv and
+    mine; chunk c is flat[c*m : c*m + size[c]]."""
+
+    def __init__(self, programs, flat: Tensor, out: Tensor, recv: Tensor, mine: Tensor,
+                 combine: str, m: int, size: list, name: str = ""):
+        super().__init__(programs, name)
+        self.flat, self.out, self.recv, self.mine = flat, out, recv, mine
+        self.combine, self.m, self.size = combine, int(m), [int(k) for k in size]
+
+    def parts(self) -> tuple:
+        return (self.flat, self.out, self.recv, self.mine)
+
+
 def _check_predicate(pred, what: str) -> Tensor:
     if not isinstance(pred, Tensor) or pred.num_elements() != 1:
         raise ProgramError(f"{what} needs a one-element predicate tensor, got {pred!r}")
