@@ -453,6 +453,19 @@ def test_reduce_layouts_and_stages(dev16, shape, dims, stages):
     assert len(steps) == stages
 
 
+@pytest.mark.parametrize("shape, dims", [((64, 48), [1]), ((64, 48), [0]),
+                                         ((8, 40, 6), [0, 2])])
+def test_reduce_adds_each_compute_sets_vertices_in_one_call(dev16, shape, dims):
+    """One vertex group per compute set, however many vertices (a GPT's graph had 80,000
+    groups of one when it added them one by one)."""
+    c = Case(dev16)
+    t = c.var(np.ones(shape, np.float32))
+    before = len(c.g._state.vertices.groups)
+    popops.reduce(c.g, t, dims, "add", c.seq, name="sum")
+    groups = c.g._state.vertices.groups[before:]
+    assert sum(g.n for g in groups) > len(groups) == len({g.cs for g in groups})
+
+
 def test_reduce_errors(dev8):
     c = Case(dev8)
     t = c.var(np.zeros((2, 3), np.float32))

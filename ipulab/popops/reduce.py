@@ -16,15 +16,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..poplar import Tensor
+from ..poplar import Regions, Tensor
 from ..poplar import program as prog
 from ..poplar import types as T
-from ..poputil import (grain_of, map_tensor_linearly, per_tile_runs, runs, split_even,
+from ..poplar.vertices import per_vertex, ragged
+from ..poputil import (grain_of, map_tensor_linearly, per_tile_runs, split_even,
                        tile_intervals)
 from . import expr as E
 from .elementwise import map
 from .fill import fill
-from .mapping import gather
 from .operation import Operation
 from .reducecodelet import accumulator, identity, reduce_codelet
 from .reduceplan import plan
@@ -95,32 +95,43 @@ def reduce(graph, t, dims, op, seq, name: str = "") -> Tensor:
     graph.set_tile_mapping(partials, per_tile_runs(np.repeat(unit_tile, p1 - p0), position,
                                                    graph.target.num_tiles))
     codelet = reduce_codelet(op, t.dtype, partials.dtype, stage1.outer)
-    specs = [(tile, regions, dst, gather(partials, runs(position[s0:s1])))
+    specs = [(tile, regions, dst, position[s0:s1])
              for tile, regions, dst, s0, s1 in stage1.vertices]
-    _add_vertices(graph, codelet, specs, name if single else f"{name}/partials", seq)
+    _add_vertices(graph, codelet, specs, stage1.source, partials,
+                  name if single else f"{name}/partials", seq)
     if not single:
         _final(graph, op, partials, stage1.outer, p0, p1, out, seq, name)
     return out
 
 
-def _add_vertices(graph, codelet, specs, cs_name, seq) -> None:
-    """A compute set of reduction vertices (tile, regions, dst offsets or None, out), with
-    the dst offsets of all of them in one INT constant on their tiles."""
+def _add_vertices(graph, codelet, specs, source, target, cs_name, seq) -> None:
+    """A compute set of reduction vertices, added in one call. specs: per vertex (tile, its
+    `in` regions, each a list of (begin, end) intervals of source's flattened elements, its
+    dst offsets or None, the positions of target's flattened elements it writes); the dst
+    offsets of all of them go in one INT constant on their tiles."""
     graph.add_codelets(codelet)
     cs = graph.add_compute_set(cs_name)
-    offsets = [d for _, _, dst, _ in specs if dst is not None for d in dst]
-    if offsets:
-        dst_all = graph.add_constant(T.INT, [len(offsets)], offsets, f"{cs_name}/dst")
-        tiles = np.repeat([s[0] for s in specs], [len(s[2]) for s in specs])
-        graph.set_tile_mapping(dst_all, per_tile_runs(tiles, np.arange(tiles.size),
+    tiles = np.array([s[0] for s in specs], np.int64)
+    intervals = [iv for _, regions, _, _ in specs for region in regions for iv in region]
+    begins = np.array([b for b, _ in intervals], np.int64).reshape(-1)
+    sizes = np.array([e - b for b, e in intervals], np.int64).reshape(-1)
+    per_region = np.array([len(region) for _, regions, _, _ in specs for region in regions],
+                          np.int64)
+    conns = {"in": Regions.from_indices(source, ragged(begins, sizes),
+                                        per_vertex(sizes, per_region),
+                                        [len(regions) for _, regions, _, _ in specs]),
+             "out": Regions.from_indices(target, np.concatenate([s[3] for s in specs]),
+                                         [len(s[3]) for s in specs])}
+    if specs[0][2] is not None:
+        counts = np.array([len(dst) for _, _, dst, _ in specs], np.int64)
+        dst_all = graph.add_constant(T.INT, [int(counts.sum())],
+                                     [d for _, _, dst, _ in specs for d in dst], f"{cs_name}/dst")
+        graph.set_tile_mapping(dst_all, per_tile_runs(np.repeat(tiles, counts),
+                                                      np.arange(counts.sum()),
                                                       graph.target.num_tiles))
-    start = 0
-    for tile, regions, dst, out in specs:
-        conns = {"in": regions, "out": out}
-        if dst is not None:
-            conns["dst"] = dst_all.slice(start, start + len(dst))
-            start += len(dst)
-        graph.add_vertex(cs, codelet.__name__, conns, tile)
+        starts = np.cumsum(counts) - counts
+        conns["dst"] = Regions(dst_all, starts, starts + counts)
+    graph.add_vertices(cs, codelet.__name__, tiles, conns)
     seq.add(prog.Execute(cs))
 
 
@@ -147,14 +158,13 @@ def _final(graph, op, partials, outer, p0, p1, out, seq, name):
                 units = np.sort(near[p1[near] > a])      # in unit order: a fixed order
                 if outer:
                     lo, hi = np.maximum(p0[units], a), np.minimum(p1[units], b)
-                    start = base[units] + lo - p0[units]
-                    regions = [partials.slice(int(s), int(s + n))
-                               for s, n in zip(start, hi - lo)]
+                    start = (base[units] + lo - p0[units]).tolist()
+                    regions = [[(s, s + n)] for s, n in zip(start, (hi - lo).tolist())]
                     dst = (lo - a).tolist()
                 else:
-                    regions = [gather(partials, runs(base[units[p0[units] == p]]))
+                    regions = [[(s, s + 1) for s in base[units[p0[units] == p]].tolist()]
                                for p in range(a, b)]
                     dst = None
-                specs.append((tile, regions, dst, out_flat.slice(a, b)))
+                specs.append((tile, regions, dst, np.arange(a, b)))
     codelet = reduce_codelet(op2, partials.dtype, out.dtype, outer=outer)
-    _add_vertices(graph, codelet, specs, f"{name}/final", seq)
+    _add_vertices(graph, codelet, specs, partials, out_flat, f"{name}/final", seq)

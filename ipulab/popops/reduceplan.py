@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..poputil import require_mapped, split_even
-from .mapping import gather
 
 MIN_SPLIT = 32   # a row is split between workers only into pieces of at least this many
 
@@ -33,10 +32,12 @@ class Stage1:
     """Units (the output range each covers, in storage order) and the vertices making them."""
 
     outer: bool
+    source: object = None     # the flat tensor whose elements the vertices' regions are
     unit_tile: list = field(default_factory=list)
     unit_p0: list = field(default_factory=list)
     unit_p1: list = field(default_factory=list)
-    # (tile, region tensors, dst offsets or None, storage begin, storage end)
+    # (tile, regions (each a list of (begin, end) intervals of source), dst offsets or None,
+    #  storage begin, storage end)
     vertices: list = field(default_factory=list)
     size: int = 0   # partials stored so far
 
@@ -119,7 +120,7 @@ def plan_inner(graph, t, kept, dims, P: int, R: int, what: str) -> Stage1:
     workers = graph.target.num_worker_contexts
     rows = [(tile, _rows(iv, R)) for tile, iv in require_mapped(graph, flat, what)]
     tiles_of_p = np.bincount([p for _, tile_rows in rows for p, _ in tile_rows], minlength=P)
-    plan = Stage1(outer=False)
+    plan = Stage1(outer=False, source=flat)
     for tile, tile_rows in rows:
         units = _row_units(tile_rows, tiles_of_p, workers)
         ps = [u[0] for u in units]
@@ -128,8 +129,8 @@ def plan_inner(graph, t, kept, dims, P: int, R: int, what: str) -> Stage1:
         first = 0
         for i in range(1, len(units) + 1):
             if i == len(units) or groups[i] != groups[first]:
-                plan.vertices.append((tile, [gather(flat, u[1]) for u in units[first:i]],
-                                      None, start + first, start + i))
+                plan.vertices.append((tile, [u[1] for u in units[first:i]], None,
+                                      start + first, start + i))
                 first = i
     return plan
 
@@ -138,7 +139,7 @@ def plan_outer(graph, t, kept, q: int, grain: int, what: str) -> Stage1:
     flat = t.flatten()
     workers = graph.target.num_worker_contexts
     kept_shape = tuple(t.shape[d] for d in kept)
-    plan = Stage1(outer=True)
+    plan = Stage1(outer=True, source=flat)
     for tile, intervals in require_mapped(graph, flat, what):
         seg_b, seg_e = _segments(intervals, q)
         coords = np.unravel_index(seg_b, t.shape)
@@ -161,8 +162,8 @@ def plan_outer(graph, t, kept, q: int, grain: int, what: str) -> Stage1:
             s0, s1 = piece[0]
             lo, hi = np.maximum(off, s0), np.minimum(off + seg_e - seg_b, s1)
             m = np.flatnonzero(hi > lo)
-            regions = [flat.slice(int(seg_b[j] + lo[j] - off[j]), int(seg_b[j] + hi[j] - off[j]))
-                       for j in m]
+            begins = (seg_b + lo - off)[m].tolist()
+            regions = [[(b, b + n)] for b, n in zip(begins, (hi - lo)[m].tolist())]
             plan.vertices.append((tile, regions, (lo[m] - s0).tolist(), start + s0, start + s1))
     return plan
 
