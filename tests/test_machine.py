@@ -10,6 +10,7 @@ from ipulab import poplar
 from ipulab.errors import TileMemoryError
 from ipulab.machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ipulab.machine.exchange import CopyPlan, intervals_overlap, merged_runs
+from ipulab.machine.kernels import first_repeat
 from ipulab.machine.memory import CATEGORIES, CATEGORY, TileMemory
 from ipulab.poplar import program as prog
 
@@ -212,6 +213,16 @@ def test_copy_plan_multicast_counts_a_source_run_once():
 
 
 # --- TileMemory --------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(0, 50), max_size=40), spread=st.sampled_from([1, 1000, 10**9]))
+def test_first_repeat_is_the_lowest_address_seen_twice(ids, spread):
+    """Marks over a narrow span, a sort over a wide one (spread): the same answer."""
+    a = np.asarray(ids, np.int64) * spread
+    values, counts = np.unique(a, return_counts=True)
+    twice = values[counts > 1]
+    assert first_repeat(a) == (int(twice[0]) if twice.size else -1)
+
+
 def test_tile_memory_layout():
     names = ["a", "b", "c", "d"]
     mem = TileMemory(3, 1000, 8,

@@ -256,13 +256,20 @@ def copy_runs_replicated(src, dst, src_start, dst_start, length, group, src_stri
 @njit(cache=True, nogil=True)
 def first_repeat(ids):
     """The lowest address that occurs more than once in ids, or -1 (a mark per address over
-    the span)."""
-    if ids.shape[0] < 2:
+    the span; sorted instead where the span is much wider than ids are many)."""
+    n = ids.shape[0]
+    if n < 2:
         return -1
     lo, hi = ids[0], ids[0]
     for a in ids:
         lo = min(lo, a)
         hi = max(hi, a)
+    if hi - lo > 16 * n:
+        s = np.sort(ids)
+        for i in range(1, n):
+            if s[i] == s[i - 1]:
+                return s[i]
+        return -1
     seen = np.zeros(hi - lo + 1, np.bool_)
     found = -1
     for a in ids:

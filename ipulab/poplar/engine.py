@@ -100,6 +100,16 @@ class _RunState:
         self._engine._stream_pos = self._pos
 
 
+def _constant_image(constants: list) -> dict:
+    """Per arena: the addresses of every constant's elements (replica 0's) and their values,
+    written at load in one assignment per replica (a GPT's graph has thousands of them)."""
+    image = {}
+    for v in constants:
+        image.setdefault(v.dtype.storage.name, []).append(v)
+    return {k: (np.concatenate([np.arange(v.offset, v.offset + v.size) for v in vs]),
+                np.concatenate([v.values for v in vs])) for k, vs in image.items()}
+
+
 class Engine:
     """Poplar's Engine: Engine(graph, program or [programs], options); load(device); run(i)."""
 
@@ -125,7 +135,7 @@ class Engine:
         self._streams = dict(st.streams)
         self._remote_buffers = dict(st.remote_buffers)
         self._remote: dict[str, np.ndarray] = {}
-        self._constants = [v for v in st.variables if v.is_constant]
+        self._constants = _constant_image([v for v in st.variables if v.is_constant])
         self._device = None
         self._trace = self._profile = None
         self._stream_buf: dict[str, np.ndarray] = {}
@@ -145,11 +155,9 @@ class Engine:
             ro = a.view()
             ro.flags.writeable = False
             self._arenas_ro[k] = ro
-        for v in self._constants:
-            key = v.dtype.storage.name
+        for key, (addrs, values) in self._constants.items():
             for i in range(self.replication_factor):
-                lo = v.offset + i * self._stride[key]
-                self._arenas[key][lo:lo + v.size] = v.values
+                self._arenas[key][addrs + i * self._stride[key]] = values
         # streaming memory: every replica's rows of every remote buffer, zeroed at load
         self._remote = {name: np.zeros(self.replication_factor * b.repeats * b.num_elements,
                                        b.dtype.storage)
