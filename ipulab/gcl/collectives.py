@@ -183,8 +183,7 @@ def _ring(g, t, out, op: Operation, seq, name: str) -> None:
     recv, mine = _reduce_scatter(g, flat, m, size, op, 0, steps, name)
     _all_gather(g, lambda c: recv.slice(0, size[c]), lambda c: res.slice(c * m, c * m + size[c]),
                 size, 1, steps, name)
-    seq.add(prog.RingAllReduce(steps.programs, flat, res, recv, mine, op.name.lower(), m, size,
-                               name))
+    seq.add(prog.RingAllReduce(steps.programs, flat, res, recv, mine, op.name.lower(), size, name))
 
 
 def _reduce_scatter(g, flat, m: int, size: list, op: Operation, shift: int, seq, name: str):

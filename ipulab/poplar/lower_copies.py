@@ -126,7 +126,7 @@ def ring_all_reduce(c, p):
     when out is flat itself or apart from it; else they run one by one, as a Block."""
     block = bsp.Block(c.lower(x) for x in p.programs)
     steps = list(bsp.inlined(block.nodes))
-    if (c.mode != "compiled" or p.combine != "add" or p.flat.dtype != FLOAT or c.rep.r < 2
+    if (c.mode != "compiled" or p.combine != "add" or p.flat.dtype != FLOAT
             or not all(isinstance(s, bsp.Step) for s in steps)):
         return block
     key = p.flat.dtype.storage.name

@@ -162,10 +162,10 @@ class RingAllReduce(Sequence):
     mine; chunk c is flat[c*m : c*m + size[c]]."""
 
     def __init__(self, programs, flat: Tensor, out: Tensor, recv: Tensor, mine: Tensor,
-                 combine: str, m: int, size: list, name: str = ""):
+                 combine: str, size: list, name: str = ""):
         super().__init__(programs, name)
         self.flat, self.out, self.recv, self.mine = flat, out, recv, mine
-        self.combine, self.m, self.size = combine, int(m), [int(k) for k in size]
+        self.combine, self.size = combine, [int(k) for k in size]
 
     def parts(self) -> tuple:
         return (self.flat, self.out, self.recv, self.mine)

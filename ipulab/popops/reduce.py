@@ -113,8 +113,8 @@ def _add_vertices(graph, codelet, specs, source, target, cs_name, seq) -> None:
     cs = graph.add_compute_set(cs_name)
     tiles = np.array([s[0] for s in specs], np.int64)
     intervals = [iv for _, regions, _, _ in specs for region in regions for iv in region]
-    begins = np.array([b for b, _ in intervals], np.int64).reshape(-1)
-    sizes = np.array([e - b for b, e in intervals], np.int64).reshape(-1)
+    begins = np.array([b for b, _ in intervals], np.int64)
+    sizes = np.array([e - b for b, e in intervals], np.int64)
     per_region = np.array([len(region) for _, regions, _, _ in specs for region in regions],
                           np.int64)
     conns = {"in": Regions.from_indices(source, ragged(begins, sizes),
