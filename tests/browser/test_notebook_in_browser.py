@@ -356,8 +356,12 @@ def lab(browser, jupyter_server):
 
 
 # One JS snapshot of the visible notebook: DOM state plus, if window.jupyterapp is exposed, the
-# notebook model (execution counts and output types, independent of how they are drawn).
-STATE_JS = """(panelSel) => {
+# notebook model (execution counts and output types, independent of how they are drawn). A
+# look while the cells run ("full" false) reads each output's type only; the look that finds
+# the run finished ("full" true) also counts each cell's widget and bokeh outputs, which needs
+# a copy of their data (toJSON: BokehJS itself, inlined, is a megabyte), once per cell. Polls
+# with the copy took about a tenth of the browser test's CPU.
+STATE_JS = """([panelSel, full]) => {
   const panel = document.querySelector(panelSel);
   if (!panel) return {panel: false};
   const ind = panel.querySelector('.jp-Notebook-ExecutionIndicator');
@@ -374,23 +378,28 @@ STATE_JS = """(panelSel) => {
     if (k) kernel = {name: k.name, status: k.status, connection: k.connectionStatus};
     if (w && w.content && w.content.model) {
       const cells = [...w.content.model.cells].filter(c => c.type === 'code');
-      // one copy of each cell's outputs a look, not three: toJSON() copies all their data
-      // (BokehJS itself, inlined, is a megabyte). Reading each output model's .data instead
-      // cost more (139-142 against 124-126 s of CPU over four notebooks).
       model = cells.map(c => {
-        const outs = c.outputs.toJSON();
-        const has = mime => outs.filter(o => o.data && mime in o.data).length;
-        return {
-          count: c.executionCount,
-          widgetViews: has('application/vnd.jupyter.widget-view+json'),
-          bokehShows: has('application/vnd.bokehjs_exec.v0+json'),
-          errors: outs.filter(o => o.output_type === 'error')
-              .map(o => `${o.ename}: ${o.evalue}`)};
+        const errors = [];
+        for (let i = 0; i < c.outputs.length; i++) {
+          const o = c.outputs.get(i);
+          if (o.type === 'error') {
+            const e = o.toJSON();
+            errors.push(`${e.ename}: ${e.evalue}`);
+          }
+        }
+        const cell = {count: c.executionCount, errors};
+        if (full) {
+          const outs = c.outputs.toJSON();
+          const has = mime => outs.filter(o => o.data && mime in o.data).length;
+          cell.widgetViews = has('application/vnd.jupyter.widget-view+json');
+          cell.bokehShows = has('application/vnd.bokehjs_exec.v0+json');
+        }
+        return cell;
       });
     }
   } catch (e) { model = null; modelError = String(e); }
   return {panel: true, status: ind ? ind.dataset.status : null, prompts, stderr, model, cells,
-          kernel, exposed: !!window.jupyterapp, modelError,
+          kernel, exposed: !!window.jupyterapp, modelError, full,
           dialog: !!document.querySelector('.jp-Dialog')};
 }"""
 
@@ -580,9 +589,9 @@ def test_notebook_in_browser(notebook, lab, jupyter_server, workspace):
                     f"browser console errors ({len(errs)}):\n  " + "\n  ".join(errs[-30:]),
                     pytrace=False)
 
-    def snapshot():
+    def snapshot(full=False):
         nonlocal state
-        state = page.evaluate(STATE_JS, PANEL)
+        state = page.evaluate(STATE_JS, [PANEL, full])
         if state.get("modelError"):     # the checks that count outputs would count none
             fail(f"reading the notebook model failed: {state['modelError']}")
         return state
@@ -614,7 +623,7 @@ def test_notebook_in_browser(notebook, lab, jupyter_server, workspace):
         run_start = time.monotonic()
         notes.append(f"run via {_run_all(page)}")
         deadline = run_start + (limit if limit is not None else RUN)
-        while not _finished(snapshot(), n_code):
+        while not (_finished(snapshot(), n_code) and _finished(snapshot(full=True), n_code)):
             if time.monotonic() > deadline:
                 if limit is not None:
                     fail(f"cells still not all executed {limit} s after Run All "
