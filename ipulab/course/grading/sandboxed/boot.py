@@ -44,9 +44,19 @@ def parse(argv: list) -> tuple:
 def copy(src: str, dst: str, skips: list) -> None:
     """SRC's files into DST (which exists), with their times, SRC/skip left out."""
     left_out = {os.path.join(src, s) for s in skips}
-    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True,
+    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, copy_function=copy_file,
                     ignore=lambda folder, names: [n for n in names
                                                   if os.path.join(folder, n) in left_out])
+
+
+def copy_file(src: str, dst: str) -> None:
+    """One file, with its times; none if it went away once listed: the codelet cache is
+    written while sandboxes copy it, and a writer renames its temporary file into place."""
+    try:
+        shutil.copy2(src, dst)
+    except FileNotFoundError:
+        if os.path.lexists(src):
+            raise
 
 
 def report(fd: int, **status) -> None:
