@@ -8,6 +8,8 @@ import importlib.util
 import os
 from contextlib import contextmanager
 
+import pytest
+
 from ipulab.course.grading.sandbox import BOOT
 
 
@@ -43,11 +45,9 @@ def test_a_file_renamed_away_during_the_copy_is_left_out(tmp_path, monkeypatch):
     assert not (dst / "sub" / "kept.nbc.tmp.123").exists()
 
 
-def test_a_folder_that_cannot_be_read_still_fails_the_boot(tmp_path):
-    """Only a vanished file is forgiven: a copy that cannot be made is still reported."""
-    boot = _boot()
-    try:
-        boot.copy(str(tmp_path / "missing"), str(tmp_path / "copy"), [])
-    except OSError:
-        return
-    raise AssertionError("copying a missing folder did not fail")
+def test_a_file_that_is_there_but_cannot_be_copied_still_fails_the_boot(tmp_path):
+    """Only a file gone from the source is forgiven: any other failure to copy is reported."""
+    there = tmp_path / "there.nbi"
+    there.write_text("index")
+    with pytest.raises(FileNotFoundError):
+        _boot().copy_file(str(there), str(tmp_path / "no such folder" / "there.nbi"))
