@@ -96,6 +96,18 @@ def bwrap_path() -> str:
     raise SandboxError("no usable bubblewrap (" + "; ".join(old) + f"): {_HOW}")
 
 
+def set_limit(which: int, soft: int, hard: int | None = None) -> None:
+    """Set a resource limit (hard: soft if not given), or keep this process's hard limit
+    where it is lower: the tighter bound holds, and a process may lower a hard limit but not
+    raise it (without CAP_SYS_RESOURCE: a regular user, or root in many containers). A judge
+    started late in a notebook's time has a CPU limit below its sandbox's."""
+    hard = soft if hard is None else hard
+    _, now = resource.getrlimit(which)
+    if now != resource.RLIM_INFINITY:
+        hard = min(hard, now)
+    resource.setrlimit(which, (min(soft, hard), hard))
+
+
 class UserProcessLimit:
     """Caps a sandboxed tree's processes for a regular user with RLIMIT_NPROC (counted over
     all the user's processes, so the cap is added to what runs now). The interface of
@@ -106,7 +118,7 @@ class UserProcessLimit:
         self.nproc = running + processes
 
     def enter(self) -> None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.nproc, self.nproc))
+        set_limit(resource.RLIMIT_NPROC, self.nproc)
 
     def out_of_memory(self) -> bool:
         return False
@@ -247,11 +259,11 @@ class Sandbox:
         def preexec():
             cap.enter()
             cpu = int(limits.cpu_seconds)
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes,) * 2)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes,) * 2)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files,) * 2)
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            set_limit(resource.RLIMIT_CPU, cpu, cpu + 5)
+            set_limit(resource.RLIMIT_AS, limits.memory_bytes)
+            set_limit(resource.RLIMIT_FSIZE, limits.file_bytes)
+            set_limit(resource.RLIMIT_NOFILE, limits.open_files)
+            set_limit(resource.RLIMIT_CORE, 0)
 
         try:
             proc = subprocess.Popen(cmd, preexec_fn=preexec, start_new_session=True,

@@ -1,0 +1,35 @@
+"""A sandbox starts under limits tighter than its own: a judge started late in a notebook's
+time has a CPU limit of a few seconds (judge.bound_self), lower than what its sandbox asks for,
+and a process without CAP_SYS_RESOURCE (a regular user; root in many containers) may not raise
+a hard limit. The sandbox takes the lower of the two instead of failing to start (which graded
+every question left `crashed`, where they had timed out)."""
+import subprocess
+import sys
+
+CHILD = """
+import resource, subprocess, sys
+from ipulab.course.grading.sandbox import Limits, Sandbox
+resource.setrlimit(resource.RLIMIT_CPU, (4, 9))          # a late judge's, from bound_self
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+box = Sandbox(limits=Limits(wall_seconds=30, cpu_seconds=30, open_files=256)).start(
+    [sys.executable, "-I", "-S", "-c",
+     "import resource; print(resource.getrlimit(resource.RLIMIT_CPU), "
+     "resource.getrlimit(resource.RLIMIT_NOFILE))"],
+    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+try:
+    print(box.stdout.read().decode().strip().splitlines()[-1], box.wait(30))
+finally:
+    box.kill()
+    box.cap.close()
+"""
+
+
+def test_a_sandbox_starts_under_a_lower_hard_limit_and_keeps_it():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    limits, code = out.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert code == "0", out.stdout
+    # the tighter of the two: the judge's hard limits stand (even where they could be raised),
+    # the soft ones at most those
+    assert limits == "(9, 9) (64, 64)", limits
