@@ -40,6 +40,36 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+def pytest_configure(config):
+    config.pluginmanager.register(RunOnce(), "ipulab-run-once")
+
+
+class RunOnce:
+    """A course notebook runs once in a session: where the browser test runs it (selected,
+    and Chromium and playwright are here), nbval does not run it again. Both run every cell
+    on this interpreter's kernel and fail on an error; the browser test also checks what
+    JupyterLab shows. (`pytest --nbval-lax notebooks/` alone still runs them under nbval. The
+    solutions stay under nbval: the course check runs them in the sandbox with a stand-in for
+    check(), and nbval in a kernel with the check a learner calls.)"""
+
+    @pytest.hookimpl(trylast=True)          # after -k and -m have chosen
+    def pytest_collection_modifyitems(self, config, items):
+        browser = self.in_the_browser(items)
+        again = [i for i in items if i.nodeid.split("::")[0] in browser]
+        if again:
+            config.hook.pytest_deselected(items=again)
+            items[:] = [i for i in items if i.nodeid.split("::")[0] not in browser]
+
+    @staticmethod
+    def in_the_browser(items) -> set:
+        """The notebooks (paths) the browser test runs in this session."""
+        browser = [i for i in items
+                   if i.nodeid.startswith(f"{BROWSER}::test_notebook_in_browser[")]
+        if not browser or browser[0].module.cannot_run() is not None:
+            return set()
+        return {i.callspec.params["notebook"] for i in browser}
+
+
 def pytest_collection_finish(session):
     """What collection loaded (the test modules, ipulab, numba, bokeh) lives all session: frozen,
     the collector's passes skip it (tests/conftest.py freezes after each test file too)."""

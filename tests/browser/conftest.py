@@ -38,7 +38,9 @@ def _summary():
     if skipped and not ran:
         return f"BROWSER TEST: SKIPPED ({'; '.join(skipped)})", {"yellow": True}
     failed = ran.count("failed")
-    line = f"BROWSER TEST: ran ({len(ran)} notebook(s), {failed} failed)"
+    # (the root conftest.py leaves nbval's run of these notebooks out)
+    line = f"BROWSER TEST: ran ({len(ran)} notebook(s), {failed} failed; nbval did not run " \
+        "them again)"
     if skipped:
         line += f"; SKIPPED some ({'; '.join(skipped)})"
     return line, {"red": True} if failed else {"green": True}

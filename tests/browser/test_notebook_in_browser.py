@@ -1,10 +1,11 @@
 """Run course notebooks in a real browser: JupyterLab + a system Chromium driven by Playwright.
 
-nbval proves the notebooks' Python runs; this proves what a learner sees: JupyterLab opens the
-notebook, "Run All Cells" runs every cell on the venv's kernel, no output is an error, the
-ipywidgets render as widgets (not as "VBox(...)" text), the bokeh figures draw on a canvas and
-none is wider than its cell (nothing cut at the right edge), and no JupyterLab news toast
-covers the page.
+nbval proves the notebooks' Python runs; this proves that and what a learner sees: JupyterLab
+opens the notebook, "Run All Cells" runs every cell on the venv's kernel, no output is an
+error, the ipywidgets render as widgets (not as "VBox(...)" text), the bokeh figures draw on a
+canvas and none is wider than its cell (nothing cut at the right edge), and no JupyterLab news
+toast covers the page. So where it runs, nbval does not run its notebooks again in the same
+session (the root conftest.py's RunOnce; cannot_run() says where it cannot).
 
 The test runs the course as a learner does: `ipulab course workspace` copies it into a
 throw-away workspace outside the checkout, and JupyterLab (127.0.0.1, free port, no token,
@@ -169,15 +170,25 @@ def _git_status():
     return out.stdout if out.returncode == 0 else None
 
 
+def cannot_run() -> str | None:
+    """Why the browser test cannot run here (no Chromium, no playwright), or None: it can.
+    The root conftest.py asks too: where it can, nbval does not run its notebooks again."""
+    if _chromium() is None:
+        return NO_CHROMIUM
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install -e '.[dev]')"
+    return None
+
+
 @pytest.fixture(scope="module")
 def browser():
+    reason = cannot_run()
+    if reason is not None:
+        _skip(reason)
+    from playwright.sync_api import sync_playwright
     chromium = _chromium()
-    if chromium is None:
-        _skip(NO_CHROMIUM)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _skip("the playwright package is not installed (pip install -e '.[dev]')")
     pw = sync_playwright().start()
     try:
         b = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, timeout=60_000)

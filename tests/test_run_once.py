@@ -1,0 +1,75 @@
+"""The root conftest.py's RunOnce: a course notebook that the browser test runs in a session
+is not run again by nbval, and is where the browser test cannot run."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+BROWSER = "tests/browser/test_notebook_in_browser.py::test_notebook_in_browser"
+
+
+def _browser_item(notebook, reason):
+    return SimpleNamespace(nodeid=f"{BROWSER}[{notebook}]",
+                           module=SimpleNamespace(cannot_run=lambda: reason),
+                           callspec=SimpleNamespace(params={"notebook": notebook}))
+
+
+def _cell(notebook, n):
+    return SimpleNamespace(nodeid=f"{notebook}::Cell {n}")
+
+
+def _select(request, items):
+    """The items left after RunOnce, and those it deselected."""
+    run_once = request.config.pluginmanager.get_plugin("ipulab-run-once")
+    deselected = []
+    config = SimpleNamespace(hook=SimpleNamespace(
+        pytest_deselected=lambda items: deselected.extend(items)))
+    run_once.pytest_collection_modifyitems(config, items)
+    return [i.nodeid for i in items], [i.nodeid for i in deselected]
+
+
+def _session(reason):
+    return [_cell("notebooks/01_one_tile.ipynb", 0), _cell("notebooks/01_one_tile.ipynb", 1),
+            _cell("notebooks/02_bsp_supersteps.ipynb", 0),
+            _cell("solutions/01_one_tile.ipynb", 0),
+            SimpleNamespace(nodeid="tests/test_course.py::test_markers_transform"),
+            _browser_item("notebooks/01_one_tile.ipynb", reason),
+            _browser_item("tests/browser/bow2000_views.ipynb", reason)]
+
+
+def test_a_notebook_the_browser_runs_is_not_run_again_by_nbval(request):
+    kept, dropped = _select(request, _session(None))
+    assert dropped == ["notebooks/01_one_tile.ipynb::Cell 0", "notebooks/01_one_tile.ipynb::Cell 1"]
+    assert kept == ["notebooks/02_bsp_supersteps.ipynb::Cell 0",      # not in the browser here
+                    "solutions/01_one_tile.ipynb::Cell 0",            # solutions stay with nbval
+                    "tests/test_course.py::test_markers_transform",
+                    f"{BROWSER}[notebooks/01_one_tile.ipynb]",
+                    f"{BROWSER}[tests/browser/bow2000_views.ipynb]"]
+
+
+@pytest.mark.parametrize("reason", ["no Chromium found", "the playwright package is not installed"])
+def test_where_the_browser_test_cannot_run_nbval_runs_every_notebook(request, reason):
+    items = _session(reason)
+    kept, dropped = _select(request, items)
+    assert dropped == [] and len(kept) == 7
+
+
+def test_without_the_browser_test_nbval_runs_every_notebook(request):
+    items = [i for i in _session(None) if not i.nodeid.startswith(BROWSER)]
+    kept, dropped = _select(request, items)
+    assert dropped == [] and len(kept) == 5
+
+
+def test_cannot_run_says_why_the_browser_test_would_skip(monkeypatch):
+    """cannot_run() is what the browser fixture skips on (and what RunOnce asks)."""
+    path = Path(__file__).parent / "browser" / "test_notebook_in_browser.py"
+    spec = importlib.util.spec_from_file_location("browser_test_module", path)
+    browser = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(browser)
+    monkeypatch.setattr(browser, "_chromium", lambda: None)
+    assert browser.cannot_run() == browser.NO_CHROMIUM
+    monkeypatch.setattr(browser, "_chromium", lambda: "/usr/bin/true")
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)     # import fails
+    assert "playwright" in browser.cannot_run()
