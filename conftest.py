@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.pluginmanager.register(RunOnce(), "ipulab-run-once")
+    config.pluginmanager.register(BrowserLine(), "ipulab-browser-line")
 
 
 class RunOnce:
@@ -98,3 +99,53 @@ def pytest_xdist_make_scheduler(config, log):
             return f"{path}[share {share}]"
 
     return FileUnits(config, log)
+
+
+class BrowserLine:
+    """The last line of a run that had the browser test: "BROWSER TEST: ran (...)", "BROWSER
+    TEST: SKIPPED (reason)" or "BROWSER TEST: could not run (reason)". A skipped browser test
+    looks like any other "s" in pytest's progress line. Here, not in tests/browser/: under
+    pytest-xdist only the controller prints, and it loads no conftest below the test paths."""
+
+    PREFIX = "browser test skipped: "
+
+    def __init__(self):
+        self.outcomes = []          # (when, outcome, reason), one per notebook
+
+    def pytest_runtest_logreport(self, report):
+        if "::test_notebook_in_browser[" not in report.nodeid:
+            return
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            self.outcomes.append((report.when, report.outcome, self.reason(report)))
+
+    def reason(self, report) -> str:
+        if report.skipped and isinstance(report.longrepr, tuple):
+            text = report.longrepr[2].removeprefix("Skipped: ")
+        else:
+            text = str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+        return text.removeprefix(self.PREFIX)
+
+    def line(self):
+        """(the line, its colour), or None where the browser test had no part in the run."""
+        if not self.outcomes:
+            return None
+        ran = [outcome for when, outcome, _ in self.outcomes if when == "call"]
+        skipped = sorted({r for when, o, r in self.outcomes if o == "skipped"})
+        broken = sorted({r for when, o, r in self.outcomes if when == "setup" and o == "failed"})
+        if broken:
+            return f"BROWSER TEST: could not run ({'; '.join(broken)})", {"red": True}
+        if skipped and not ran:
+            return f"BROWSER TEST: SKIPPED ({'; '.join(skipped)})", {"yellow": True}
+        failed = ran.count("failed")
+        line = f"BROWSER TEST: ran ({len(ran)} notebook(s), {failed} failed; nbval did not " \
+            "run them again)"                                     # (RunOnce)
+        if skipped:
+            line += f"; SKIPPED some ({'; '.join(skipped)})"
+        return line, {"red": True} if failed else {"green": True}
+
+    def pytest_unconfigure(self, config):
+        """After pytest's own summary, so the line is the last one printed."""
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        said = self.line()
+        if said is not None and reporter is not None and hasattr(reporter, "write_line"):
+            reporter.write_line(said[0], bold=True, **said[1])

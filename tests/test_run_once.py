@@ -1,5 +1,6 @@
-"""The root conftest.py's RunOnce: a course notebook that the browser test runs in a session
-is not run again by nbval, and is where the browser test cannot run."""
+"""The root conftest.py's plugins: RunOnce (a course notebook that the browser test runs in a
+session is not run again by nbval, and is where the browser test cannot run) and BrowserLine
+(the run's last line says whether the browser test ran)."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -73,3 +74,33 @@ def test_cannot_run_says_why_the_browser_test_would_skip(monkeypatch):
     monkeypatch.setattr(browser, "_chromium", lambda: "/usr/bin/true")
     monkeypatch.setitem(sys.modules, "playwright.sync_api", None)     # import fails
     assert "playwright" in browser.cannot_run()
+
+
+def _report(notebook, when, outcome, longrepr=None):
+    return SimpleNamespace(nodeid=f"{BROWSER}[{notebook}]", when=when, outcome=outcome,
+                           passed=outcome == "passed", skipped=outcome == "skipped",
+                           longrepr=longrepr)
+
+
+def _line(request, reports):
+    """A new BrowserLine (the root conftest.py's plugin class) told of the reports."""
+    line = type(request.config.pluginmanager.get_plugin("ipulab-browser-line"))()
+    for r in reports:
+        line.pytest_runtest_logreport(r)
+    return line.line()
+
+
+def test_the_last_line_says_whether_the_browser_test_ran(request):
+    ran = [_report("a.ipynb", "setup", "passed"), _report("a.ipynb", "call", "passed"),
+           _report("b.ipynb", "call", "failed")]
+    assert _line(request, ran) == ("BROWSER TEST: ran (2 notebook(s), 1 failed; nbval did not run them "
+                          "again)", {"red": True})
+    skipped = [_report("a.ipynb", "setup", "skipped",
+                       ("x.py", 1, "Skipped: browser test skipped: no Chromium found"))]
+    assert _line(request, skipped) == ("BROWSER TEST: SKIPPED (no Chromium found)", {"yellow": True})
+    broken = [_report("a.ipynb", "setup", "failed", "Traceback\nE   RuntimeError: no lab")]
+    assert _line(request, broken) == ("BROWSER TEST: could not run (E   RuntimeError: no lab)",
+                             {"red": True})
+    assert _line(request, [SimpleNamespace(nodeid="tests/test_nn.py::test_x", when="call",
+                                  outcome="passed", passed=True, skipped=False,
+                                  longrepr=None)]) is None      # no browser test, no line
