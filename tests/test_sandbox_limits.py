@@ -33,3 +33,22 @@ def test_a_sandbox_starts_under_a_lower_hard_limit_and_keeps_it():
     # the tighter of the two: the judge's hard limits stand (even where they could be raised),
     # the soft ones at most those
     assert limits == "(9, 9) (64, 64)", limits
+
+
+JUDGE = """
+import os, resource, time
+from ipulab.course.grading.judge import bound_self
+resource.setrlimit(resource.RLIMIT_CPU, (100, 100))      # a grader run under `ulimit -t 100`
+resource.setrlimit(resource.RLIMIT_AS, (2**33, 2**33))   # and `ulimit -v` of 8 GB
+bound_self(time.monotonic() + 600, os.getppid())
+print(resource.getrlimit(resource.RLIMIT_CPU), resource.getrlimit(resource.RLIMIT_AS)[1] // 2**30)
+"""
+
+
+def test_a_judge_bounds_itself_under_a_graders_tighter_limits():
+    """A grader run under a CPU limit below a judge's own (ulimit -t on a shared server) had
+    every judge fail at its start, every question `crashed`. It keeps the tighter limit."""
+    out = subprocess.run([sys.executable, "-c", JUDGE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[0] == "(100, 100) 4", out.stdout     # and 4 GB of memory

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from ..questions.registry import questions, set_for_notebook, sets
+from .sandbox import set_limit
 from .session import judge_answers
 from .watchdog import JUDGE_MEMORY      # (the judge of a set-10 solution peaks at 1.6 GB)
 
@@ -90,14 +91,15 @@ def _emit(stream, **event) -> None:
 
 def bound_self(deadline: float, parent: int) -> None:
     """The judge's own limits: it dies with the process that started it, and the kernel ends
-    it at its deadline (plus a moment to report), at that much CPU time, and at JUDGE_MEMORY."""
+    it at its deadline (plus a moment to report), at that much CPU time, and at JUDGE_MEMORY
+    (or at the grader's own limits, where those are tighter: they cannot be raised)."""
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:          # it went while this process started
         os._exit(1)
     seconds = math.ceil(max(0.0, deadline - time.monotonic())) + 3
-    resource.setrlimit(resource.RLIMIT_AS, (JUDGE_MEMORY, JUDGE_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    set_limit(resource.RLIMIT_AS, JUDGE_MEMORY)
+    set_limit(resource.RLIMIT_CPU, seconds, seconds + 5)
+    set_limit(resource.RLIMIT_CORE, 0)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(seconds)
 
