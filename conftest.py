@@ -56,10 +56,12 @@ class RunOnce:
     @pytest.hookimpl(trylast=True)          # after -k and -m have chosen
     def pytest_collection_modifyitems(self, config, items):
         browser = self.in_the_browser(items)
-        again = [i for i in items if i.nodeid.split("::")[0] in browser]
+        kept, again = [], []
+        for item in items:
+            (again if item.nodeid.split("::")[0] in browser else kept).append(item)
         if again:
             config.hook.pytest_deselected(items=again)
-            items[:] = [i for i in items if i.nodeid.split("::")[0] not in browser]
+            items[:] = kept
 
     @staticmethod
     def in_the_browser(items) -> set:

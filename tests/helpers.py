@@ -1,4 +1,6 @@
 """Helpers shared by the test modules (plain functions, imported explicitly)."""
+import importlib.util
+
 import numpy as np
 
 from ipulab import poplar
@@ -31,3 +33,12 @@ def every_lane(monkeypatch):
     workers did (lanes.py's gates off): the tests that lanes give the bits of one lane."""
     monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
     monkeypatch.setattr(lanes, "MIN_SECONDS", 0)
+
+
+def load_file(path, name: str):
+    """The module in a file that is not importable by name (a sandbox's boot script, a test
+    module below tests/), loaded afresh as `name`."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,12 +1,12 @@
 """The root conftest.py's plugins: RunOnce (a course notebook that the browser test runs in a
 session is not run again by nbval, and is where the browser test cannot run) and BrowserLine
 (the run's last line says whether the browser test ran)."""
-import importlib.util
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import load_file
 
 BROWSER = "tests/browser/test_notebook_in_browser.py::test_notebook_in_browser"
 
@@ -65,10 +65,8 @@ def test_without_the_browser_test_nbval_runs_every_notebook(request):
 
 def test_cannot_run_says_why_the_browser_test_would_skip(monkeypatch):
     """cannot_run() is what the browser fixture skips on (and what RunOnce asks)."""
-    path = Path(__file__).parent / "browser" / "test_notebook_in_browser.py"
-    spec = importlib.util.spec_from_file_location("browser_test_module", path)
-    browser = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(browser)
+    browser = load_file(Path(__file__).parent / "browser" / "test_notebook_in_browser.py",
+                        "browser_test_module")
     monkeypatch.setattr(browser, "_chromium", lambda: None)
     assert browser.cannot_run() == browser.NO_CHROMIUM
     monkeypatch.setattr(browser, "_chromium", lambda: "/usr/bin/true")

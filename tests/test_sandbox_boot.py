@@ -4,20 +4,17 @@ mid-copy (a cache's temporary file, renamed into place) is not the submission's 
 not end its grading as 'crashed'."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from contextlib import contextmanager
 
 import pytest
 
+from helpers import load_file
 from ipulab.course.grading.sandbox import BOOT
 
 
 def _boot():
-    spec = importlib.util.spec_from_file_location("ipulab_test_boot", BOOT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BOOT, "ipulab_test_boot")
 
 
 def test_a_file_renamed_away_during_the_copy_is_left_out(tmp_path, monkeypatch):

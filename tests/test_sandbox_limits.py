@@ -1,8 +1,9 @@
-"""A sandbox starts under limits tighter than its own: a judge started late in a notebook's
-time has a CPU limit of a few seconds (judge.bound_self), lower than what its sandbox asks for,
-and a process without CAP_SYS_RESOURCE (a regular user; root in many containers) may not raise
-a hard limit. The sandbox takes the lower of the two instead of failing to start (which graded
-every question left `crashed`, where they had timed out)."""
+"""A sandbox and a judge start under limits tighter than their own. A judge started late in
+a notebook's time has a CPU limit of a few seconds (judge.bound_self), lower than what its
+sandbox asks for; a grader may run under a `ulimit` below a judge's; and a process without
+CAP_SYS_RESOURCE (a regular user; root in many containers) may not raise a hard limit. Both
+take the lower of the two instead of failing to start (which graded every question left
+`crashed`)."""
 import subprocess
 import sys
 
