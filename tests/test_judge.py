@@ -5,6 +5,7 @@ the intended status and message, change nothing outside the sandbox, and leave t
 questions' grades as they would be. Every case runs the real sandbox (bubblewrap)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -83,11 +84,36 @@ def test_os_exit_crashes_only_what_came_after(tmp_path):
 
 
 def test_an_endless_loop_times_out(tmp_path):
-    result = graded(notebook(tmp_path, "solutions", (13, "while True:\n    pass")), timeout=18)
+    """The loop has the cells' three quarters of the 24 s; the three answers sent before it
+    share the rest (~2 s each: a check takes ~0.6 s here, more on a loaded machine), and the
+    question it never answered is decided without a check's share."""
+    result = graded(notebook(tmp_path, "solutions", (13, "while True:\n    pass")), timeout=24)
     assert statuses(result) == {**dict.fromkeys(QIDS[:3], "passed"),
                                 "ex01.six_workers": "timed out"}, result
+    assert "its cells may run for 1" in result.questions["ex01.six_workers"].message
 
 
+def test_only_answers_that_are_checked_share_the_checks_time(tmp_path, monkeypatch):
+    """Verdicts that need no check come before the first check, so no share is set aside
+    for them: here two answers sent share all the time left after the cells."""
+    from ipulab.course.grading import watchdog
+    shares = []
+    real = watchdog._event
+
+    def event(line, decided, result, run):
+        real(line, decided, result, run)
+        if b'"checking"' in line:
+            shares.append((run.checking, run.share, run.deadline - run.started))
+    monkeypatch.setattr(watchdog, "_event", event)
+    answer = "".join(json.loads((ROOT / "solutions" / "01_one_tile.ipynb").read_text())
+                     ["cells"][4]["source"])          # class SumSquares, answered
+    result = graded(notebook(tmp_path, "exercises", (5, answer)))
+    assert statuses(result) == {"ex01.sum_squares": "passed", "ex01.worker_cycles":
+                                "not answered", "ex01.variable_bytes": "not answered",
+                                "ex01.six_workers": "not answered"}, result
+    # the two predictions were never sent; six_workers was (a function, checked by calling it)
+    assert [qid for qid, _, _ in shares] == ["ex01.sum_squares", "ex01.six_workers"]
+    assert shares[0][1] == shares[0][2] / 2
 
 
 @pytest.mark.parametrize("what, where, source, stopped", NEVER_ENDS,
@@ -96,7 +122,7 @@ def test_a_check_that_never_ends_is_stopped_in_time(tmp_path, what, where, sourc
     """A check runs in the judge (a program, a codelet it compiled) or calls into the
     submission (the wire); either way it is stopped when its share of the notebook's time is
     used up, recorded `timed out`, and the other questions are graded as they would be."""
-    timeout = 12         # an honest ex01 takes ~2 s; the rest is the endless check's share
+    timeout = 14         # an honest ex01 takes ~2 s: ~3 s for each check before the endless one
     result = graded(notebook(tmp_path, "solutions", (where, source)), timeout=timeout)
     assert statuses(result) == {**dict.fromkeys(QIDS, "passed"), stopped: "timed out"}, result
     assert result.seconds < timeout + 5, result.seconds
