@@ -21,6 +21,7 @@ os.environ.setdefault("IPULAB_PROGRESS",
 os.environ.setdefault("IPULAB_CACHE_MIN_SECONDS", "60")
 
 BROWSER = "tests/browser/test_notebook_in_browser.py"
+COURSE_CHECK = "tests/test_course.py::test_course_check_passes_the_solutions"
 BROWSER_SHARES = 2          # the browser test's notebooks, in this many units (one JupyterLab each)
 # The files that take longest (a minute or more of a 2-core run, measured), slowest first: a
 # worker that takes one of them last would finish long after the other.
@@ -46,19 +47,20 @@ def pytest_configure(config):
 
 
 class RunOnce:
-    """A course notebook runs once in a session: where the browser test runs it (selected,
-    and Chromium and playwright are here), nbval does not run it again. Both run every cell
-    on this interpreter's kernel and fail on an error; the browser test also checks what
-    JupyterLab shows. (`pytest --nbval-lax notebooks/` alone still runs them under nbval. The
-    solutions stay under nbval: the course check runs them in the sandbox with a stand-in for
-    check(), and nbval in a kernel with the check a learner calls.)"""
+    """A notebook runs once in a session. Where the browser test runs a course notebook
+    (selected, and Chromium and playwright are here), nbval does not run it again: both run
+    every cell on this interpreter's kernel and fail on an error; the browser test also checks
+    what JupyterLab shows. Where the course check's test is selected, nbval does not run the
+    solutions: `ipulab course check` runs each in a fresh kernel too, with the check() a learner
+    calls, and its test fails on any error and on any question not passed. (`pytest
+    --nbval-lax notebooks/ solutions/` alone still runs them all under nbval.)"""
 
     @pytest.hookimpl(trylast=True)          # after -k and -m have chosen
     def pytest_collection_modifyitems(self, config, items):
-        browser = self.in_the_browser(items)
+        elsewhere = self.in_the_browser(items) | self.in_the_course_check(items)
         kept, again = [], []
         for item in items:
-            (again if item.nodeid.split("::")[0] in browser else kept).append(item)
+            (again if item.nodeid.split("::")[0] in elsewhere else kept).append(item)
         if again:
             config.hook.pytest_deselected(items=again)
             items[:] = kept
@@ -71,6 +73,13 @@ class RunOnce:
         if not browser or browser[0].module.cannot_run() is not None:
             return set()
         return {i.callspec.params["notebook"] for i in browser}
+
+    @staticmethod
+    def in_the_course_check(items) -> set:
+        """The solution notebooks (paths), where the course check's test runs them all."""
+        if not any(i.nodeid == COURSE_CHECK for i in items):
+            return set()
+        return {path for i in items if (path := i.nodeid.split("::")[0]).startswith("solutions/")}
 
 
 def pytest_collection_finish(session):

@@ -1,5 +1,6 @@
 """The root conftest.py's plugins: RunOnce (a course notebook that the browser test runs in a
-session is not run again by nbval, and is where the browser test cannot run) and BrowserLine
+session is not run again by nbval, and is where the browser test cannot run; nor a solution
+notebook, where the course check's test runs them all) and BrowserLine
 (the run's last line says whether the browser test ran)."""
 import sys
 from pathlib import Path
@@ -44,7 +45,7 @@ def test_a_notebook_the_browser_runs_is_not_run_again_by_nbval(request):
     kept, dropped = _select(request, _session(None))
     assert dropped == ["notebooks/01_one_tile.ipynb::Cell 0", "notebooks/01_one_tile.ipynb::Cell 1"]
     assert kept == ["notebooks/02_bsp_supersteps.ipynb::Cell 0",      # not in the browser here
-                    "solutions/01_one_tile.ipynb::Cell 0",            # solutions stay with nbval
+                    "solutions/01_one_tile.ipynb::Cell 0",            # no course check here
                     "tests/test_course.py::test_markers_transform",
                     f"{BROWSER}[notebooks/01_one_tile.ipynb]",
                     f"{BROWSER}[tests/browser/bow2000_views.ipynb]"]
@@ -55,6 +56,13 @@ def test_where_the_browser_test_cannot_run_nbval_runs_every_notebook(request, re
     items = _session(reason)
     kept, dropped = _select(request, items)
     assert dropped == [] and len(kept) == 7
+
+
+def test_the_course_checks_test_runs_the_solutions_instead_of_nbval(request):
+    course_check = SimpleNamespace(
+        nodeid="tests/test_course.py::test_course_check_passes_the_solutions")
+    kept, dropped = _select(request, _session("no Chromium found") + [course_check])
+    assert dropped == ["solutions/01_one_tile.ipynb::Cell 0"] and len(kept) == 7
 
 
 def test_without_the_browser_test_nbval_runs_every_notebook(request):
