@@ -5,12 +5,12 @@ seconds in all, counted from here: starting the judge, running its cells in the 
 three quarters of the time at most) and checking every answer. A check may use an even share of
 the time left (the time left over the questions left to check; what a quick check leaves passes
 to the next; the judge decides the questions that need no check — no answer sent, a forgery —
-before the first check, so they take no share). A check still running when its share is used up is stopped however it runs — a
-program or a codelet that never ends in the judge, a call into the submission that never
-returns — by killing the judge, and is recorded `timed out`; a new judge checks the questions
-left, in the time left. Questions left unchecked when the time is up are `timed out` too, so
-every question of the set has a status when this returns, and it returns within about `timeout`
-seconds.
+before the first check, so they take no share). A check still running when its share is used
+up is stopped however it runs — a program or a codelet that never ends in the judge, a call
+into the submission that never returns — by killing the judge, and is recorded `timed out`; a
+new judge checks the questions left, in the time left. Questions left unchecked when the time
+is up are `timed out` too, so every question of the set has a status when this returns, and it
+returns within about `timeout` seconds.
 
 The judge (judge.py) also bounds itself, in case this process cannot: it dies with its parent,
 and the kernel stops it at its deadline (an alarm), at its CPU time and at its address space.
