@@ -32,8 +32,8 @@ def test_a_sandbox_starts_under_a_lower_hard_limit_and_keeps_it():
     limits, code = out.stdout.strip().splitlines()[-1].rsplit(" ", 1)
     assert code == "0", out.stdout
     # the tighter of the two: the judge's hard limits stand (even where they could be raised),
-    # the soft ones at most those
-    assert limits == "(9, 9) (64, 64)", limits
+    # and the CPU's soft limit stays the 5 s asked below it
+    assert limits == "(4, 9) (64, 64)", limits
 
 
 JUDGE = """
@@ -52,4 +52,31 @@ def test_a_judge_bounds_itself_under_a_graders_tighter_limits():
     out = subprocess.run([sys.executable, "-c", JUDGE], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split("\n")[0] == "(100, 100) 4", out.stdout     # and 4 GB of memory
+    assert out.stdout.split("\n")[0] == "(95, 100) 4", out.stdout      # and 4 GB of memory
+
+
+SPIN = """
+import resource, signal, subprocess, sys
+from ipulab.course.grading.sandbox import Limits, Sandbox
+resource.setrlimit(resource.RLIMIT_CPU, (1, 3))          # a judge with 3 s of CPU left
+box = Sandbox(limits=Limits(wall_seconds=60, cpu_seconds=30)).start(
+    [sys.executable, "-I", "-S", "-c", "while True:\\n    pass"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    box.wait(60)
+    status = box.status()
+    print(status.get("signal") == signal.SIGXCPU, status)
+finally:
+    box.kill()
+    box.cap.close()
+"""
+
+
+def test_a_loop_under_a_lower_cpu_limit_is_out_of_cpu_time_not_killed():
+    """Where the hard CPU limit is clamped to the judge's, the soft one stays below it, so the
+    loop gets SIGXCPU (the notebook 'used up its CPU time': timed out), not the hard limit's
+    SIGKILL, which reads as a crash."""
+    out = subprocess.run([sys.executable, "-c", SPIN], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("True"), out.stdout

@@ -100,12 +100,16 @@ def set_limit(which: int, soft: int, hard: int | None = None) -> None:
     """Set a resource limit (hard: soft if not given), or keep this process's hard limit
     where it is lower: the tighter bound holds, and a process may lower a hard limit but not
     raise it (without CAP_SYS_RESOURCE: a regular user, or root in many containers). A judge
-    started late in a notebook's time has a CPU limit below its sandbox's."""
+    started late in a notebook's time has a CPU limit below its sandbox's. A soft limit asked
+    below the hard one stays below it (by as much as asked, where that fits): RLIMIT_CPU's
+    soft limit sends SIGXCPU, read as out of time, its hard one SIGKILL, read as a crash."""
     hard = soft if hard is None else hard
     _, now = resource.getrlimit(which)
-    if now != resource.RLIM_INFINITY:
-        hard = min(hard, now)
-    resource.setrlimit(which, (min(soft, hard), hard))
+    if now != resource.RLIM_INFINITY and now < hard:
+        margin = hard - soft
+        hard = now
+        soft = min(soft, hard - margin if hard > margin else max(hard - 1, 0))
+    resource.setrlimit(which, (soft, hard))
 
 
 class UserProcessLimit:
