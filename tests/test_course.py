@@ -496,3 +496,47 @@ def test_course_check_exit_codes_and_table(tmp_path, capsys):
         assert f"01_one_tile.ipynb {row}" in rows, out
     assert "8-byte aligned" in out and "ZeroDivisionError" in out
     assert "1 notebook(s): 1 of 4 questions passed" in out
+
+
+def _kernel_that_dies(monkeypatch, *, after_a_cell=False, times=1):
+    """NotebookClient.execute failing as a kernel that dies at its start does, `times` times
+    (after running a cell first, where after_a_cell), then running for real."""
+    from nbclient import NotebookClient
+    real, calls = NotebookClient.execute, []
+
+    def execute(self, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            if after_a_cell:
+                self.nb.cells[0].execution_count = 1
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        return real(self, **kwargs)
+    monkeypatch.setattr(NotebookClient, "execute", execute)
+    return calls
+
+
+def _one_check(tmp_path):
+    nb = new_notebook(cells=[new_code_cell('from ipulab.course import check\n'
+                                           'check("ex03.copy_cycles", 391)')],
+                      metadata={"ipulab": {"set": "ex03"}})
+    nb.cells[0].execution_count, nb.cells[0].outputs = 7, [new_output("stream", text="old")]
+    nbformat.write(nb, tmp_path / "a.ipynb")        # saved with an earlier run's output
+    return tmp_path / "a.ipynb"
+
+
+def test_course_check_starts_a_kernel_that_died_at_its_start_once_more(tmp_path, monkeypatch):
+    from ipulab.course.learner.check_notebooks import grade_notebook
+    calls = _kernel_that_dies(monkeypatch)
+    g = grade_notebook(_one_check(tmp_path))
+    assert len(calls) == 2 and not g.failure and g.questions["ex03.copy_cycles"]["status"] == \
+        "passed", g
+
+
+def test_course_check_does_not_run_a_notebook_again_after_a_cell_ran(tmp_path, monkeypatch):
+    from ipulab.course.learner.check_notebooks import grade_notebook
+    calls = _kernel_that_dies(monkeypatch, after_a_cell=True)
+    assert grade_notebook(_one_check(tmp_path)).failure == \
+        "RuntimeError: Kernel died before replying to kernel_info" and len(calls) == 1
+    calls = _kernel_that_dies(monkeypatch, times=2)             # and starts a kernel twice at most
+    assert grade_notebook(_one_check(tmp_path)).failure.startswith("RuntimeError") and \
+        len(calls) == 2

@@ -62,8 +62,15 @@ def _set_of(nb, path: Path) -> str | None:
     return s.id if s else None
 
 
+def _ran(nb) -> bool:
+    """Whether any code cell of nb was run (has a count or an output)."""
+    return any(c.get("execution_count") is not None or c.get("outputs")
+               for c in nb.cells if c.cell_type == "code")
+
+
 def grade_notebook(path, timeout: int = 600) -> NotebookGrade:
-    """Run one notebook and collect its checks."""
+    """Run one notebook and collect its checks. A kernel that dies before any cell ran (a
+    start that failed: under load, several kernels starting at once) is started once more."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -73,17 +80,27 @@ def grade_notebook(path, timeout: int = 600) -> NotebookGrade:
         nb = nbformat.read(path, as_version=4)
     except Exception as e:
         return NotebookGrade(str(path), None, failure=f"cannot read: {e}")
+    for cell in nb.cells:          # what it saved from an earlier run is not this run's
+        if cell.cell_type == "code":
+            cell.execution_count, cell.outputs = None, []
     grade = NotebookGrade(str(path), _set_of(nb, path))
     expected = [q.id for q in questions(grade.set_id)] if grade.set_id else []
     with tempfile.TemporaryDirectory(prefix="ipulab-grade-") as tmp:
         record = Path(tmp) / "progress.json"
         env = dict(os.environ, IPULAB_PROGRESS=str(record))
-        client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                                resources={"metadata": {"path": str(path.parent.resolve())}})
-        try:
-            client.execute(env=env, stderr=subprocess.DEVNULL)   # the kernel's own log lines
-        except Exception as e:     # kernel died, a cell timed out, ...
-            grade.failure = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        for attempt in range(2):
+            client = NotebookClient(nb, timeout=timeout, allow_errors=True,
+                                    kernel_name="python3",
+                                    resources={"metadata": {"path": str(path.parent.resolve())}})
+            try:
+                client.execute(env=env, stderr=subprocess.DEVNULL)   # the kernel's log lines
+                break
+            except Exception as e:     # kernel died, a cell timed out, ...
+                if not attempt and not _ran(nb):
+                    continue           # the kernel never started (no cell ran): once more
+                last = str(e).strip().splitlines()[-1:] or [""]
+                grade.failure = f"{type(e).__name__}: {last[0]}"
+                break
         raised = {}                                   # qid -> the error of its check's cell
         for i, cell in enumerate(nb.cells):
             for out in cell.get("outputs", []):
