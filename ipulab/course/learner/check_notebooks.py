@@ -68,11 +68,28 @@ def _ran(nb) -> bool:
                for c in nb.cells if c.cell_type == "code")
 
 
-def grade_notebook(path, timeout: int = 600) -> NotebookGrade:
-    """Run one notebook and collect its checks. A kernel that dies before any cell ran (a
-    start that failed: under load, several kernels starting at once) is started once more."""
-    import nbformat
+def _execute(nb, path: Path, env: dict, timeout: int) -> str:
+    """Run nb's cells in a fresh kernel (errors allowed); why it could not finish, or "". A
+    kernel that dies before any cell ran (a start that failed: under load, several kernels
+    starting at once) is started once more."""
     from nbclient import NotebookClient
+
+    for attempt in range(2):
+        client = NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
+                                resources={"metadata": {"path": str(path.parent.resolve())}})
+        try:
+            client.execute(env=env, stderr=subprocess.DEVNULL)   # the kernel's own log lines
+            return ""
+        except Exception as e:     # kernel died, a cell timed out, ...
+            if not attempt and not _ran(nb):
+                continue           # the kernel never started (no cell ran): once more
+            last = str(e).strip().splitlines()[-1:] or [""]
+            return f"{type(e).__name__}: {last[0]}"
+
+
+def grade_notebook(path, timeout: int = 600) -> NotebookGrade:
+    """Run one notebook and collect its checks."""
+    import nbformat
 
     path = Path(path)
     start = time.perf_counter()
@@ -88,19 +105,7 @@ def grade_notebook(path, timeout: int = 600) -> NotebookGrade:
     with tempfile.TemporaryDirectory(prefix="ipulab-grade-") as tmp:
         record = Path(tmp) / "progress.json"
         env = dict(os.environ, IPULAB_PROGRESS=str(record))
-        for attempt in range(2):
-            client = NotebookClient(nb, timeout=timeout, allow_errors=True,
-                                    kernel_name="python3",
-                                    resources={"metadata": {"path": str(path.parent.resolve())}})
-            try:
-                client.execute(env=env, stderr=subprocess.DEVNULL)   # the kernel's log lines
-                break
-            except Exception as e:     # kernel died, a cell timed out, ...
-                if not attempt and not _ran(nb):
-                    continue           # the kernel never started (no cell ran): once more
-                last = str(e).strip().splitlines()[-1:] or [""]
-                grade.failure = f"{type(e).__name__}: {last[0]}"
-                break
+        grade.failure = _execute(nb, path, env, timeout)
         raised = {}                                   # qid -> the error of its check's cell
         for i, cell in enumerate(nb.cells):
             for out in cell.get("outputs", []):
