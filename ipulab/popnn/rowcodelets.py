@@ -166,11 +166,13 @@ def _softmax(scale, shape, first, x, y):
                 if z > m:
                     m = z
             s = np.float32(0.0)
-            for c in range(k):
-                s += np.float32(f_exp(np.float64(a * xs[o + c] - m)))
+            for c in range(k):     # y holds float32 (a HALF y too, rounded after the vertex)
+                e = np.float32(f_exp(np.float64(a * xs[o + c] - m)))
+                ys[o + c] = e
+                s += e
             inv = np.float32(1.0) / s
-            for c in range(k):         # exp again rather than a stored, rounded copy
-                ys[o + c] = np.float32(f_exp(np.float64(a * xs[o + c] - m))) * inv
+            for c in range(k):
+                ys[o + c] *= inv
             for c in range(k, w):
                 ys[o + c] = 0.0
 
