@@ -1,6 +1,7 @@
 """Lanes: a step's kernels cut into parts that run at once on the host's cores (compiled
 mode). The parts must give the same bits, and a failing codelet the same error, as one lane."""
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -176,32 +177,48 @@ def test_an_engine_hands_out_only_the_steps_that_took_long_enough(monkeypatch):
     assert outs[0] == outs[1]
 
 
-def test_run_judges_whether_the_workers_sped_it_up(monkeypatch):
-    """run() tells the caller's pace whether the workers took parts and the run beat the
-    caller's own speed; a run whose parts all ran in the caller (workers too late) was not
-    sped up."""
-    import threading
-    seen = []
-    pace = lanes.Pace()
+def test_a_run_on_the_lanes_is_judged_against_the_shortest_run_alone(monkeypatch):
+    """run_judged tells the caller's pace whether its run took under SPEEDUP of the shortest
+    run alone: a run no faster (the workers woke too late, or the parts slowed each other
+    down) was not sped up, however fast each part was. A run that raises is not judged."""
+    now = [0.0]
+    monkeypatch.setattr(lanes, "_clock", lambda: now[0])
+    timing, pace, seen = lanes.Timing(), lanes.Pace(), []
     monkeypatch.setattr(pace, "after", seen.append)
-    started = threading.Event()
+    timing.record(1.0)
 
-    def part():
-        if threading.current_thread() is threading.main_thread():
-            assert started.wait(60)     # a worker takes the other part meanwhile
-        else:
-            started.set()
-    lanes.run([part, part], 2, pace)
-    assert seen == [True]
-    lanes.run([lambda: None], 2, pace)  # one part: no workers, nothing to judge
-    assert seen == [True]
+    def takes(seconds):
+        now[0] += seconds
+    lanes.run_judged(timing, pace, takes, 0.8)
+    lanes.run_judged(timing, pace, takes, 0.95)
+    assert seen == [True, False]
+    with pytest.raises(ValueError):
+        lanes.run_judged(timing, pace, int, "not a number")
+    assert seen == [True, False]
 
-    class Asleep:                       # a worker that never wakes: the caller runs all
-        jobs = type("Jobs", (), {"put": lambda self, job: None})()
-    monkeypatch.setattr(lanes, "_workers", [Asleep()])
-    done = []
-    lanes.run([lambda: done.append(0), lambda: done.append(1)], 2, pace)
-    assert done == [0, 1] and seen == [True, False]
+
+def test_a_step_that_the_lanes_did_not_speed_up_goes_to_one_lane(monkeypatch):
+    """Timed twice alone, then run on the lanes once and slower there: the step's later runs
+    stay on one lane (for FIRST_ALONE, here an hour), with the same bits."""
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(lanes, "MIN_SECONDS", 1e-9)
+    monkeypatch.setattr(lanes, "FIRST_ALONE", 3600.0)
+    handed = []
+    run = lanes.run
+
+    def slow(parts, *args):
+        handed.append(1)
+        time.sleep(0.2)
+        run(parts, *args)
+    monkeypatch.setattr(lanes, "run", slow)
+    e, shape = _engine(1, rows=1024)
+    x = np.abs(np.random.default_rng(3).standard_normal(shape), dtype=np.float32)
+    e.write_tensor("x", x)
+    outs = set()
+    for _ in range(6):
+        e.run()
+        outs.add(e.read_tensor("y").tobytes())
+    assert len(handed) == 1 and len(outs) == 1
 
 
 @pytest.mark.parametrize("replicas", [1, 4])

@@ -137,18 +137,20 @@ class ReplicaSegment:
         if n == 1:
             lanes.run_alone(self.timing, self._in_turn, state)
             return
+        lanes.run_judged(self.timing, self.pace, self._on_lanes, state, n)
+        state.trace.extend(s.index for s in self.steps)
+
+    def _on_lanes(self, state, n: int) -> None:
         k = min(n, self.replicas)     # a part per lane: each part's kernel calls cost GIL time
         parts = state.calls.get((self, k))
         if parts is None:
             parts = state.calls[(self, k)] = [self._calls(state, *lanes.share(self.replicas, i, k))
                                               for i in range(k)]
         failed = [None] * k
-        lanes.run([partial(_run_part, steps, i, failed) for i, steps in enumerate(parts)], n,
-                  self.pace)
+        lanes.run([partial(_run_part, steps, i, failed) for i, steps in enumerate(parts)], n)
         first = min((f for f in failed if f is not None), key=lambda f: f[:2], default=None)
         if first is not None:
             raise first[2]
-        state.trace.extend(s.index for s in self.steps)
 
     def _in_turn(self, state) -> None:
         for s in self.steps:

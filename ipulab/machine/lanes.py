@@ -17,12 +17,14 @@ at most 4; 1 runs everything in the caller).
 lanes_for(n, work, timing, pace) is how many lanes a step or segment should use now: 1 while
 it is small (under MIN_WORK elements, or under MIN_SECONDS on one lane: a hand-over, and the
 GIL going back and forth between threads, each wait for a sleeping thread to wake), else
-threads(n, pace). Each step and segment keeps its own Timing (its shortest run alone).
-threads(n, pace) is how many lanes a run should use now: n, or 1 for a while after a run with
-that Pace that the workers did not speed up (they woke when the caller had done all, or their
-core was taken mid-part: it was busy with other programs, or the run was too small to share).
-Steps share one pace; a replica segment (bsp.ReplicaSegment: many steps' work, one hand-over)
-has its own, so that small steps that gain nothing from a second lane do not send it to one.
+threads(n, pace). Each step and segment keeps its own Timing (its shortest run alone) and its
+own Pace. run_judged(timing, pace, fn, ...) runs fn on the lanes and judges the run against
+that shortest run alone: threads(n, pace) is then n, or 1 for a while after a run that was no
+faster (the workers woke when the caller had done all, their core was taken mid-part by other
+programs, or the parts slowed each other down: a gather of short runs, or a sum that reads what
+the other core's cache holds). Judged against the parts' own speed instead, the small GPT's
+matrix products and reductions kept going to two lanes where they took 530 -> 650 us and
+180 -> 300 us, and its step took 21 ms on two lanes against 19.5 ms on one.
 On a busy machine waking them only costs, and a worker that loses its core mid-part, or
 holding the GIL, stalls the caller for a time slice: on 2 cores at load 3, steps interleaved
 in one process, the small GPT's took 22 ms (median) on one lane, 32 ms on two, 28 ms on two
@@ -41,8 +43,8 @@ MAX_DEFAULT = 4
 PARTS_PER_THREAD = 2
 # After runs in a row that the workers did not speed up, the lanes wait 1, 2, 4 ... ms (at most
 # MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
-FIRST_ALONE, MAX_ALONE = 0.001, 0.25
-SPEEDUP = 0.9               # a run the workers sped up took less than this of the caller's time
+FIRST_ALONE, MAX_ALONE = 0.001, 1.0
+SPEEDUP = 0.9               # a run the lanes sped up took less than this of the shortest alone
 # Elements a step touches (copied, or in its vertices' fields) below which handing parts to
 # other threads costs more than it saves: a hand-over takes 13-50 us here, and in a Bow-2000
 # training step (one lane) 100,000 elements take 20-90 us, the conv gathers of 1.3 million
@@ -128,9 +130,9 @@ class _ThisProcess:
 
 
 class Pace(_ThisProcess):
-    """Whether the workers have been speeding up one caller's runs (a step's, a segment's):
-    after a run they did not, that caller's runs go to one lane for twice as long as its last
-    miss did (FIRST_ALONE to MAX_ALONE); a run they did speed up ends that. Not kept when
+    """Whether the lanes have been speeding up one caller's runs (a step's, a segment's): after
+    a run they did not, that caller's runs go to one lane for twice as long as its last miss
+    did (FIRST_ALONE to MAX_ALONE); a run they did speed up ends that. Not kept when
     pickled with a stored executable (the times are this process's clock)."""
 
     def __init__(self):
@@ -162,7 +164,6 @@ class Timing(_ThisProcess):
 
 _workers: list[_Worker] = []
 _busy = threading.Lock()
-_shared = Pace()            # the pace of callers without their own
 
 
 def _forget_workers() -> None:
@@ -187,11 +188,10 @@ def _workers_for(n: int) -> bool:
     return True
 
 
-def run(parts: list, threads: int | None = None, pace: Pace | None = None) -> None:
+def run(parts: list, threads: int | None = None) -> None:
     """Run the callables in parts at once, on this thread and up to threads - 1 workers
     (default: one thread a part), each thread taking the next part not yet taken; return
-    when all are done, and raise the first part's error, in part order. Whether the workers
-    sped the run up goes to the caller's pace."""
+    when all are done, and raise the first part's error, in part order."""
     helpers = min(len(parts), threads or len(parts)) - 1
     if helpers < 1 or not _busy.acquire(blocking=False):
         for fn in parts:
@@ -205,13 +205,8 @@ def run(parts: list, threads: int | None = None, pace: Pace | None = None) -> No
         job = _Job(parts)
         for w in _workers[:helpers]:
             w.jobs.put(job)
-        t0 = _clock()
-        mine = job.work()
-        t1 = _clock()
+        job.work()
         job.finished.wait()
-        # sped up: faster than this thread alone at its own speed (and the workers took parts)
-        (pace or _shared).after(mine < len(parts) and
-                                (_clock() - t0) * mine < SPEEDUP * (t1 - t0) * len(parts))
     finally:
         _busy.release()
     for e in job.errors:
@@ -219,13 +214,21 @@ def run(parts: list, threads: int | None = None, pace: Pace | None = None) -> No
             raise e
 
 
-def threads(n: int, pace: Pace | None = None) -> int:
-    """The lanes a caller's step should use now: n, or 1 for a while after the workers did not
-    speed up one of its runs (see Pace)."""
-    return 1 if n > 1 and _clock() < (pace or _shared).until else n
+def run_judged(timing: Timing, pace: Pace, fn, *args) -> None:
+    """fn(*args), which runs parts on the lanes, judged: a run no faster than SPEEDUP of the
+    caller's shortest run alone (timing) sends its runs to one lane for a while (pace)."""
+    start = _clock()
+    fn(*args)
+    pace.after(_clock() - start < SPEEDUP * timing.shortest)
 
 
-def lanes_for(n: int, work: int, timing: Timing, pace: Pace | None = None) -> int:
+def threads(n: int, pace: Pace) -> int:
+    """The lanes a caller should use now: n, or 1 for a while after a run on the lanes that
+    was no faster than one lane (see Pace, run_judged)."""
+    return 1 if n > 1 and _clock() < pace.until else n
+
+
+def lanes_for(n: int, work: int, timing: Timing, pace: Pace) -> int:
     """The lanes a caller with `work` elements should use now, of n: 1 while it is small
     (under MIN_WORK elements, or shorter than MIN_SECONDS on one lane), else threads(n, pace).
     A caller that gets 1 times its run for timing (run_alone())."""

@@ -26,30 +26,33 @@ class ComputeAction:
         self.scratch = scratch      # (arena, start, end) its exchange buffers take
         self.work = sum(p.num_elements for p, _ in pre + post) + sum(
             int(b.plan.ln.sum()) + int(b.plan.vl_len.sum()) for b in batches)
-        self.timing = lanes.Timing()
+        self.timing, self.pace = lanes.Timing(), lanes.Pace()
 
     def __call__(self, state) -> None:
-        n = lanes.lanes_for(state.lanes, self.work, self.timing)
+        n = lanes.lanes_for(state.lanes, self.work, self.timing, self.pace)
         if n > 1:
-            self.prepare(state)
-        if n > 1 and self.replicas > 1:
+            lanes.run_judged(self.timing, self.pace, self._on_lanes, state, n)
+        else:
+            lanes.run_alone(self.timing, self._in_turn, state)
+
+    def _on_lanes(self, state, n: int) -> None:
+        """Everything on n lanes: whole replicas per lane, else each phase cut into parts."""
+        self.prepare(state)
+        if self.replicas > 1:
             k = lanes.parts_for(self.replicas, n)
             lanes.run([partial(self.run_replicas, state, *lanes.share(self.replicas, i, k))
                        for i in range(k)], n)
-        elif n > 1:
-            arenas = state.arenas
-            k = lanes.PARTS_PER_THREAD * n
-            for plans in (self.pre, None, self.post):
-                if plans is None:
-                    lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
-                    self._round_half(state.arenas, 0, 1)
-                elif sum(p.num_elements for p, _ in plans) >= lanes.MIN_COPY:
-                    lanes.run([partial(run_plans_part, plans, arenas, i, k)
-                               for i in range(k)], n)
-                else:
-                    run_plans(plans, arenas)
-        else:
-            lanes.run_alone(self.timing, self._in_turn, state)
+            return
+        arenas = state.arenas
+        k = lanes.PARTS_PER_THREAD * n
+        for plans in (self.pre, None, self.post):
+            if plans is None:
+                lanes.run([partial(self._rows, state, i, k) for i in range(k)], n)
+                self._round_half(state.arenas, 0, 1)
+            elif sum(p.num_elements for p, _ in plans) >= lanes.MIN_COPY:
+                lanes.run([partial(run_plans_part, plans, arenas, i, k) for i in range(k)], n)
+            else:
+                run_plans(plans, arenas)
 
     def prepare(self, state) -> None:
         """Compile the batches' drivers now, in the calling thread (see Batch.prepare)."""
@@ -118,7 +121,7 @@ class CopyAction:
         # the replicas it can be cut into: every plan's (1 for a copy between replicas)
         counts = {p.replicas for p, _ in plans}
         self.replicas = counts.pop() if len(counts) == 1 else 1
-        self.timing = lanes.Timing()
+        self.timing, self.pace = lanes.Timing(), lanes.Pace()
 
     def replica_calls(self, state, lo: int, hi: int) -> list:
         """The kernel calls that copy replicas lo <= i < hi of every plan, as (fn, args,
@@ -127,13 +130,15 @@ class CopyAction:
                                      for p, k in self.plans) if c]
 
     def __call__(self, state) -> None:
-        n = lanes.lanes_for(state.lanes, self.work, self.timing)
+        n = lanes.lanes_for(state.lanes, self.work, self.timing, self.pace)
         if n > 1:
-            k = lanes.PARTS_PER_THREAD * n
-            lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k)
-                       for i in range(k)], n)
-            return
-        lanes.run_alone(self.timing, run_plans, self.plans, state.arenas)
+            lanes.run_judged(self.timing, self.pace, self._on_lanes, state, n)
+        else:
+            lanes.run_alone(self.timing, run_plans, self.plans, state.arenas)
+
+    def _on_lanes(self, state, n: int) -> None:
+        k = lanes.PARTS_PER_THREAD * n
+        lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k) for i in range(k)], n)
 
 
 class RingAction:
