@@ -100,10 +100,11 @@ def test_many_runs_of_disjoint_parts_give_the_bits_of_one_run():
     np.testing.assert_array_equal(out, np.full(64, sum(range(200))))
 
 
-def test_lanes_go_alone_for_a_while_after_runs_the_workers_did_not_speed_up(monkeypatch):
-    """On a busy machine (or for a step too small to share) the workers wake too late to
-    help: that step then uses one lane for 1, 2, 4 ... ms (at most MAX_ALONE), and a run the
-    workers sped up ends that at once. Each step's pace is its own."""
+def test_lanes_go_alone_for_a_while_after_runs_the_lanes_did_not_speed_up(monkeypatch):
+    """After a run on the lanes no faster than one lane (a busy machine, a step too small to
+    share, parts that slow each other down) that step uses one lane for 1, 2, 4 ... ms (at
+    most MAX_ALONE), and a run the lanes sped up ends that at once. Each step's pace is its
+    own."""
     now = [100.0]
     monkeypatch.setattr(lanes, "_clock", lambda: now[0])
     pace, other = lanes.Pace(), lanes.Pace()

@@ -141,6 +141,8 @@ class ReplicaSegment:
         state.trace.extend(s.index for s in self.steps)
 
     def _on_lanes(self, state, n: int) -> None:
+        """Each lane takes a share of the replicas through every step; raises the failure a
+        run in order meets first."""
         k = min(n, self.replicas)     # a part per lane: each part's kernel calls cost GIL time
         parts = state.calls.get((self, k))
         if parts is None:

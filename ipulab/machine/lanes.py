@@ -41,7 +41,7 @@ from time import perf_counter as _clock
 
 MAX_DEFAULT = 4
 PARTS_PER_THREAD = 2
-# After runs in a row that the workers did not speed up, the lanes wait 1, 2, 4 ... ms (at most
+# After runs in a row that the lanes did not speed up, a step waits 1, 2, 4 ... ms (at most
 # MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
 FIRST_ALONE, MAX_ALONE = 0.001, 1.0
 SPEEDUP = 0.9               # a run the lanes sped up took less than this of the shortest alone
@@ -91,11 +91,10 @@ class _Job:
         self._lock = threading.Lock()
         self.finished = threading.Event()
 
-    def work(self) -> int:
-        """Run parts until none is left to take; returns how many this thread ran."""
-        n, ran = len(self.parts), 0
+    def work(self) -> None:
+        """Run parts until none is left to take."""
+        n = len(self.parts)
         while (i := next(self._next)) < n:
-            ran += 1
             try:
                 self.parts[i]()
             except BaseException as e:          # handed to the caller by run()
@@ -104,7 +103,6 @@ class _Job:
                 self._left -= 1
                 if self._left == 0:
                     self.finished.set()
-        return ran
 
 
 class _Worker:

@@ -137,6 +137,7 @@ class CopyAction:
             lanes.run_alone(self.timing, run_plans, self.plans, state.arenas)
 
     def _on_lanes(self, state, n: int) -> None:
+        """Every plan cut into a few parts per lane (runs, or replicas)."""
         k = lanes.PARTS_PER_THREAD * n
         lanes.run([partial(run_plans_part, self.plans, state.arenas, i, k) for i in range(k)], n)
 
