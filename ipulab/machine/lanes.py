@@ -235,6 +235,14 @@ def lanes_for(n: int, work: int, timing: Timing, pace: Pace) -> int:
     return threads(n, pace)
 
 
+def alone_for_good(n: int, work: int, timing: Timing) -> bool:
+    """Whether lanes_for(n, work, timing, ...) answers 1 on every later run, whatever the
+    pace: one lane, small work, or two runs alone of which the shorter took under
+    MIN_SECONDS (the shortest only falls). bsp.Chain runs such steps as one list of calls."""
+    return n < 2 or work < MIN_WORK or (
+        MIN_SECONDS > 0 and timing.runs >= 2 and timing.shortest < MIN_SECONDS)
+
+
 def run_alone(timing: Timing, fn, *args) -> None:
     """fn(*args) on this thread alone, its time recorded in timing (not if it raises)."""
     start = _clock()
