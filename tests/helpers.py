@@ -33,6 +33,7 @@ def every_lane(monkeypatch):
     workers did (lanes.py's gates off): the tests that lanes give the bits of one lane."""
     monkeypatch.setattr(lanes, "threads", lambda n, pace=None: n)
     monkeypatch.setattr(lanes, "MIN_SECONDS", 0)
+    monkeypatch.setattr(lanes, "GIVE_UP", float("inf"))
 
 
 def load_file(path, name: str):

@@ -79,16 +79,27 @@ def test_steps_alone_for_good_run_as_one_chain_with_the_bits_trace_and_error_of_
 
 def test_a_step_joins_a_chain_only_once_it_stays_on_one_lane_for_good(monkeypatch):
     """One lane, or small work: at once. Otherwise after two runs alone, the shorter of them
-    under MIN_SECONDS (the lanes' own gate); with MIN_SECONDS at 0 a big step never does."""
-    big, timing = lanes.MIN_WORK, lanes.Timing()
-    assert lanes.alone_for_good(1, big, timing) and lanes.alone_for_good(2, big - 1, timing)
-    assert not lanes.alone_for_good(2, big, timing)
+    under MIN_SECONDS (the lanes' own gate), or once the lanes missed its first GIVE_UP runs
+    on them; with MIN_SECONDS at 0 a big step the lanes sped up once never does."""
+    big, timing, pace = lanes.MIN_WORK, lanes.Timing(), lanes.Pace()
+    assert lanes.alone_for_good(1, big, timing, pace)
+    assert lanes.alone_for_good(2, big - 1, timing, pace)
+    assert not lanes.alone_for_good(2, big, timing, pace)
     timing.record(lanes.MIN_SECONDS / 2)
-    assert not lanes.alone_for_good(2, big, timing)            # one run is not a decision
+    assert not lanes.alone_for_good(2, big, timing, pace)      # one run is not a decision
     timing.record(lanes.MIN_SECONDS * 2)
-    assert lanes.alone_for_good(2, big, timing)
+    assert lanes.alone_for_good(2, big, timing, pace)
     monkeypatch.setattr(lanes, "MIN_SECONDS", 0)
-    assert not lanes.alone_for_good(2, big, timing)
+    assert not lanes.alone_for_good(2, big, timing, pace)
+    for _ in range(lanes.GIVE_UP):
+        assert not lanes.alone_for_good(2, big, timing, pace)
+        pace.after(False)
+    assert lanes.alone_for_good(2, big, timing, pace)
+    sped_up = lanes.Pace()
+    sped_up.after(True)
+    for _ in range(5):
+        sped_up.after(False)
+    assert not lanes.alone_for_good(2, big, timing, sped_up)
 
 
 def test_with_lanes_the_chains_form_after_two_runs_and_follow_the_gate(monkeypatch):
@@ -108,3 +119,37 @@ def test_with_lanes_the_chains_form_after_two_runs_and_follow_the_gate(monkeypat
     e.run()
     assert not _chains(e)
     assert e.read_tensor("v").tobytes() == (x * 27).tobytes()
+
+
+@pytest.mark.parametrize("speedup", [0.0, 1e9])
+def test_a_long_step_joins_a_chain_once_the_lanes_missed_its_first_runs_on_them(
+        monkeypatch, speedup):
+    """Every step long (MIN_SECONDS ~ 0): timed twice alone, then tried on the lanes. Where no
+    run there counts as sped up (SPEEDUP 0) each gives up after GIVE_UP misses and the steps
+    run as chains, on one lane, from then on; where every run does (SPEEDUP huge) they stay
+    apart and keep going to the lanes. The bits are the same either way."""
+    monkeypatch.setenv("IPULAB_THREADS", "2")
+    monkeypatch.setattr(X, "_memory", type(X._memory)())
+    for name, value in (("MIN_WORK", 0), ("MIN_SECONDS", 1e-9), ("FIRST_ALONE", 0.0),
+                        ("SPEEDUP", speedup)):
+        monkeypatch.setattr(lanes, name, value)
+    handed = []
+    run = lanes.run
+    monkeypatch.setattr(lanes, "run", lambda parts, *a: handed.append(1) or run(parts, *a))
+    e = _engine()
+    x = np.full((8, 16), 2, np.float32)
+    e.write_tensor("x", x)
+    outs = set()
+    for _ in range(2 + lanes.GIVE_UP):
+        e.run()
+        outs.add(e.read_tensor("v").tobytes())
+    assert not _chains(e) and len(handed) >= 4 * lanes.GIVE_UP   # 4 steps, each tried
+    handed.clear()
+    for _ in range(3):
+        e.run()
+        outs.add(e.read_tensor("v").tobytes())
+    assert outs == {(x * 27).tobytes()}
+    if speedup == 0.0:
+        assert len(_chains(e)) == 1 and len(_chains(e)[0].indices) == 4 and not handed
+    else:
+        assert not _chains(e) and len(handed) >= 4 * 3

@@ -78,9 +78,9 @@ class Chain:
 
 
 def chained(owner, nodes: list, state) -> list:
-    """nodes as they run on state: each run of two or more consecutive steps that stay on one
-    lane for good made one Chain, once every step that could join one has run twice (lanes
-    decide on two runs alone). Kept per owner, lanes and lanes.MIN_SECONDS in state.calls."""
+    """nodes as they run on state: each run of consecutive steps that stay on one lane for good
+    made one Chain, once every step has been decided (timed alone twice, and a long one tried
+    on the lanes). Kept per owner, lanes and lanes.MIN_SECONDS in state.calls."""
     key = (owner, state.lanes, lanes.MIN_SECONDS)
     plan = state.calls.get(key)
     if plan is None:
@@ -96,14 +96,15 @@ def _chains(nodes: list, state) -> list | None:
     out, run = [], []
 
     def close():
-        out.extend([Chain(run, state)] if len(run) > 1 else run)
+        if run:
+            out.append(Chain(run, state))
         run.clear()
     for n in nodes:
         if _alone_for_good(n, state):
             run.append(n)
             continue
-        if _kernel_step(n) and n.action.timing.runs < 2:
-            return None
+        if _kernel_step(n) and n.action.pace.hits == 0:
+            return None         # not yet timed alone twice, or not yet tried on the lanes
         close()
         out.append(n)
     close()
@@ -119,7 +120,7 @@ def _alone_for_good(node, state) -> bool:
     """A step with nothing to run, or whose kernel calls stay on one lane for good."""
     if _kernel_step(node):
         a = node.action
-        return lanes.alone_for_good(state.lanes, a.work, a.timing)
+        return lanes.alone_for_good(state.lanes, a.work, a.timing, a.pace)
     return isinstance(node, Step) and node.action is None
 
 

@@ -44,6 +44,10 @@ PARTS_PER_THREAD = 2
 # After runs in a row that the lanes did not speed up, a step waits 1, 2, 4 ... ms (at most
 # MAX_ALONE s) before trying the workers again: a try on a busy machine can cost a time slice.
 FIRST_ALONE, MAX_ALONE = 0.001, 1.0
+# A step whose first GIVE_UP runs on the lanes were none of them sped up joins a chain of steps
+# that run alone for good (bsp.Chain): on this 2-core VM 36 of the small GPT's 40 steps of
+# 300 us or more gain nothing on two lanes, and each step apart costs its own Python.
+GIVE_UP = 2
 SPEEDUP = 0.9               # a run the lanes sped up took less than this of the shortest alone
 # Elements a step touches (copied, or in its vertices' fields) below which handing parts to
 # other threads costs more than it saves: a hand-over takes 13-50 us here, and in a Bow-2000
@@ -136,10 +140,16 @@ class Pace(_ThisProcess):
     def __init__(self):
         self.alone = 0.0        # how long the last miss sent runs to one lane (s)
         self.until = 0.0        # _clock() until which threads() answers 1
+        self.hits = self.misses = 0     # runs on the lanes that were / were not sped up
 
     def after(self, helped: bool) -> None:
         self.alone = 0.0 if helped else min(max(2 * self.alone, FIRST_ALONE), MAX_ALONE)
         self.until = _clock() + self.alone
+        self.hits, self.misses = self.hits + helped, self.misses + (not helped)
+
+    def gave_up(self) -> bool:
+        """Whether the lanes missed the caller's first GIVE_UP runs on them, every one."""
+        return self.hits == 0 and self.misses >= GIVE_UP
 
 
 class Timing(_ThisProcess):
@@ -235,11 +245,12 @@ def lanes_for(n: int, work: int, timing: Timing, pace: Pace) -> int:
     return threads(n, pace)
 
 
-def alone_for_good(n: int, work: int, timing: Timing) -> bool:
-    """Whether lanes_for(n, work, timing, ...) answers 1 on every later run, whatever the
-    pace: one lane, small work, or two runs alone of which the shorter took under
-    MIN_SECONDS (the shortest only falls). bsp.Chain runs such steps as one list of calls."""
-    return n < 2 or work < MIN_WORK or (
+def alone_for_good(n: int, work: int, timing: Timing, pace: Pace) -> bool:
+    """Whether the caller is to run on one lane from now on: one lane, small work, two runs
+    alone of which the shorter took under MIN_SECONDS (lanes_for answers 1 on every later run:
+    the shortest only falls), or lanes that missed its first runs on them (pace.gave_up()).
+    bsp.Chain runs such steps as one list of kernel calls."""
+    return n < 2 or work < MIN_WORK or pace.gave_up() or (
         MIN_SECONDS > 0 and timing.runs >= 2 and timing.shortest < MIN_SECONDS)
 
 
