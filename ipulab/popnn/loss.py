@@ -33,7 +33,8 @@ from ..errors import GraphError
 from ..poplar import FLOAT, INT, Input, Output, Regions, Tensor, VectorList, Vertex
 from ..poplar import program as prog
 from .. import popops
-from ..popops.codegen import f_exp, f_log
+from ..popops.codegen import f_log
+from ..popops.float32_exp import exps
 from ..popops.expr import _1
 from ..poputil import map_rows, row_owners, row_pieces, tile_constant, typed_variant
 from ._common import check_float
@@ -57,11 +58,10 @@ def _softmax_cross_entropy(scale, logits, labels, grad, loss, correct):
                 if x[c] > m:
                     m = x[c]
                     arg = c
+            exps(g, x, np.float32(1.0), m)
             s = np.float32(0.0)
             for c in range(C):
-                e = np.float32(f_exp(np.float64(x[c] - m)))
-                g[c] = e
-                s += e
+                s += g[c]
             label = ls[b]
             inside = label >= 0 and label < C
             inv = np.float32(1.0) / s

@@ -22,6 +22,7 @@ from numba import njit
 from ..machine.kernels import to_half
 from ..poplar import types as T
 from ..poplar.vertex import InOut, Input, Output, Vector, VectorList, Vertex, set_recipe
+from .float32_exp import f32_exp
 
 FLOATS = (T.FLOAT, T.HALF)
 CTOR = {T.FLOAT: "np.float32", T.HALF: "np.float32", T.INT: "np.int32",
@@ -78,9 +79,9 @@ def i_div(a, b):
 
 # __ipulab_globals__: these names are all this module's, so the codelet disk cache can rebuild
 # a generated compute in a file of its own (poplar/codelet_cache.py)
-NAMESPACE = {"__ipulab_globals__": __name__, "np": np, "math": math, "to_half": to_half, "f_exp": f_exp, "f_log": f_log,
-             "f_sqrt": f_sqrt, "f_tanh": f_tanh, "f_sigmoid": f_sigmoid, "f_erf": f_erf,
-             "f_pow": f_pow,
+NAMESPACE = {"__ipulab_globals__": __name__, "np": np, "math": math, "to_half": to_half,
+             "f_exp": f_exp, "f_log": f_log, "f_sqrt": f_sqrt, "f_tanh": f_tanh,
+             "f_sigmoid": f_sigmoid, "f_erf": f_erf, "f_pow": f_pow, "f32_exp": f32_exp,
              "i_div": i_div, "Vertex": Vertex, "Input": Input, "Output": Output,
              "InOut": InOut, "Vector": Vector, "VectorList": VectorList,
              **{t.name: t for t in T.TYPES}}

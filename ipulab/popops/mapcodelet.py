@@ -47,16 +47,28 @@ _FLOAT_FN = {"exp": "f_exp", "log": "f_log", "sqrt": "f_sqrt", "tanh": "f_tanh",
 
 
 class _Emitter:
-    """Writes the loop body for an expression whose placeholders are read by `reads`."""
+    """Writes the loop body for an expression whose placeholders are read by `reads`, and
+    notes the first float32 exp computed from the inputs by arithmetic alone (`exp`: its line
+    and its argument), which map_codelet can compute in a loop of its own."""
 
     def __init__(self, reads: dict, where: str):
         self.reads, self.where = reads, where   # placeholder n -> (code, dtype)
         self.lines: list[str] = []
         self.memo: dict[str, _Val] = {}
         self.cycles = 0
+        self.cones: dict[str, list[int]] = {}   # temp -> the lines it needs, itself included
+        self.called: set[str] = set()          # temps that need a float function's call
+        self.exp: tuple[int, str] | None = None
 
-    def _temp(self, code: str, dtype, cost_key: str) -> _Val:
+    def _temp(self, code: str, dtype, cost_key: str, args=()) -> _Val:
         name = f"t{len(self.lines)}"
+        needs = {len(self.lines)}.union(*(self.cones.get(a.code, ()) for a in args))
+        self.cones[name] = sorted(needs)
+        if cost_key in _FLOAT_FN or cost_key == "pow" or any(a.code in self.called for a in args):
+            if (cost_key == "exp" and dtype is T.FLOAT and self.exp is None
+                    and not any(a.code in self.called for a in args)):
+                self.exp = (len(self.lines), args[0].as_(T.FLOAT))
+            self.called.add(name)
         self.lines.append(f"{name} = {code}")
         self.cycles += OP_CYCLES.get(cost_key, 1)
         return _Val(name, X.Ty.of(dtype))
@@ -79,16 +91,16 @@ class _Emitter:
             return _Val(literal(value, dtype), X.Ty.of(dtype))
         vals = [self.visit(a) for a in args]
         if op == "cast":
-            return self._temp(vals[0].as_(node.value), node.value, "cast")
+            return self._temp(vals[0].as_(node.value), node.value, "cast", vals)
         if op == "select":
             o = X.promote(vals[0].ty, vals[1].ty).resolve()
             a, b, c = vals[0].as_(o), vals[1].as_(o), vals[2].as_(T.BOOL)
-            return self._temp(f"({a} if {c} else {b})", o, op)
+            return self._temp(f"({a} if {c} else {b})", o, op, vals)
         common = vals[0].ty if len(vals) == 1 else X.promote(vals[0].ty, vals[1].ty)
         o = X.operand_type(op, common, self.where)
         a = vals[0].as_(o)
         b = vals[1].as_(o) if len(vals) > 1 else None
-        return self._temp(*self._code(op, o, a, b))
+        return self._temp(*self._code(op, o, a, b), vals)
 
     @staticmethod
     def _code(op, o, a, b):
@@ -122,6 +134,25 @@ def result_dtype(expr, dtypes: dict, where: str):
     return em.visit(expr).ty.resolve()
 
 
+def _exp_first(em: _Emitter, fetch: list) -> tuple[list, list]:
+    """(lines before the main loop, the main loop's lines) that compute the expression's
+    float32 exp first, into out, in a loop of arithmetic that numba vectorises (f32_exp,
+    float32_exp.py), then every exp again exactly (f_exp) if one was not pinned down; the main
+    loop reads it from out. Its other float functions' calls stay in the main loop."""
+    k, arg = em.exp
+    name = f"t{k}"
+    cone = [em.lines[j] for j in em.cones[name][:-1]]
+    first = ["unsure = False", "for i in range(len(out)):"]
+    first += [f"    {line}" for line in fetch + cone]
+    first += [f"    {name} = f32_exp({arg})", f"    unsure |= {name} != {name}",
+              f"    out[i] = {name}", "if unsure:   # about 2 in 100,000 near 1 are left to f_exp",
+              "    for i in range(len(out)):"]
+    first += [f"        {line}" for line in fetch + cone + [em.lines[k].replace(name, "out[i]", 1)]]
+    lines = list(em.lines)
+    lines[k] = f"{name} = out[i]"
+    return first, lines
+
+
 def map_codelet(expr, inputs: dict, out_dtype, in_place: bool, where: str = "map"):
     """The codelet computing expr element by element.
 
@@ -146,10 +177,13 @@ def map_codelet(expr, inputs: dict, out_dtype, in_place: bool, where: str = "map
             loads += 1
     em = _Emitter(reads, where)
     root = em.visit(expr)
-    loop = [f"x{n} = in{n}[i]" for n in sorted(inputs) if not inputs[n][1]]
+    fetch = [f"x{n} = in{n}[i]" for n in sorted(inputs) if not inputs[n][1]]
     if in_place:
-        loop.insert(0, "x1 = out[i]")
-    loop += em.lines + [f"out[i] = {root.as_(out_dtype)}"]
+        fetch.insert(0, "x1 = out[i]")
+    lines, first = em.lines, []
+    if em.exp is not None and out_dtype is T.FLOAT and not in_place:
+        first, lines = _exp_first(em, fetch)
+    loop = fetch + lines + [f"out[i] = {root.as_(out_dtype)}"]
     per_element = loads + 1 + em.cycles
     width = VECTOR_WIDTH.get(out_dtype, 1)
     params = ", ".join(["out"] + [f"in{n}" for n in sorted(inputs)])
@@ -157,7 +191,7 @@ def map_codelet(expr, inputs: dict, out_dtype, in_place: bool, where: str = "map
     kind = "MapInPlace" if in_place else "Map"
     text = str(expr)
     text = text if len(text) <= 60 else text[:57] + "..."
-    body = "\n".join(f"        {line}" for line in pre) + ("\n" if pre else "")
+    body = "".join(f"        {line}\n" for line in pre + first)
     body += "        for i in range(len(out)):\n"
     body += "\n".join(f"            {line}" for line in loop)
     source = (
