@@ -41,34 +41,33 @@ def _chains(e) -> list:
             for n in plan if isinstance(n, bsp.Chain)]
 
 
-def _runs(monkeypatch, chained: bool, x, bad):
-    """Three runs on x, then one on bad: the outputs, the traces and the error."""
-    if not chained:
-        monkeypatch.setattr(bsp, "chained", lambda owner, nodes, state: nodes)
-    e = _engine()
-    outs, traces = [], []
-    for _ in range(3):
-        e.write_tensor("x", x)
-        e.run()
-        outs.append(e.read_tensor("v").tobytes())
-        traces.append(list(e._trace))
-    e.write_tensor("x", bad)
-    with pytest.raises(CodeletError) as info:
-        e.run()
-    assert e.read_tensor("v").tobytes() == outs[-1]     # nothing reached the host
-    monkeypatch.undo()
+def _runs(chained: bool, x, bad):
+    """Three runs on x, then one on bad, on one lane: the engine, its outputs and traces, and
+    the error; without chains (bsp.chained giving the steps as they are) if not chained."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IPULAB_THREADS", "1")
+        if not chained:
+            mp.setattr(bsp, "chained", lambda owner, nodes, state: nodes)
+        e = _engine()
+        outs, traces = [], []
+        for _ in range(3):
+            e.write_tensor("x", x)
+            e.run()
+            outs.append(e.read_tensor("v").tobytes())
+            traces.append(list(e._trace))
+        e.write_tensor("x", bad)
+        with pytest.raises(CodeletError) as info:
+            e.run()
+        assert e.read_tensor("v").tobytes() == outs[-1]     # nothing reached the host
     return e, outs, traces, str(info.value)
 
 
-def test_steps_alone_for_good_run_as_one_chain_with_the_bits_trace_and_error_of_each(
-        monkeypatch):
-    monkeypatch.setenv("IPULAB_THREADS", "1")
+def test_steps_alone_for_good_run_as_one_chain_with_the_bits_trace_and_error_of_each():
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32) ** 2
     bad = x.copy()
-    bad[5, 0] = -1                              # the second compute set's vertex fails too
-    e, outs, traces, error = _runs(monkeypatch, True, x, bad)
-    monkeypatch.setenv("IPULAB_THREADS", "1")
-    plain, plain_outs, plain_traces, plain_error = _runs(monkeypatch, False, x, bad)
+    bad[5, 0] = -1                  # row 5's vertex fails in the first compute set of the chain
+    e, outs, traces, error = _runs(True, x, bad)
+    plain, plain_outs, plain_traces, plain_error = _runs(False, x, bad)
     assert _chains(e) and not _chains(plain)
     assert outs == plain_outs and traces == plain_traces
     np.testing.assert_array_equal(np.frombuffer(outs[0], np.float32).reshape(8, 16),
