@@ -28,8 +28,10 @@ matrix products and reductions kept going to two lanes where they took 530 -> 65
 On a busy machine waking them only costs, and a worker that loses its core mid-part, or
 holding the GIL, stalls the caller for a time slice: on 2 cores at load 3, steps interleaved
 in one process, the small GPT's took 22 ms (median) on one lane, 32 ms on two, 28 ms on two
-that go alone so (Pod16: 15, 31, 14 ms). Which lanes run which parts never changes a bit,
-only the time.
+that go alone so (Pod16: 15, 31, 14 ms). alone_for_good(n, work, timing, pace) says when a
+step will use one lane on every later run (small, short, or the lanes missed its first GIVE_UP
+runs on them); bsp.Chain then runs it with its neighbours as one list of kernel calls. Which
+lanes run which parts never changes a bit, only the time.
 """
 from __future__ import annotations
 

@@ -64,10 +64,10 @@ class _Emitter:
         name = f"t{len(self.lines)}"
         needs = {len(self.lines)}.union(*(self.cones.get(a.code, ()) for a in args))
         self.cones[name] = sorted(needs)
-        if cost_key in _FLOAT_FN or cost_key == "pow" or any(a.code in self.called for a in args):
-            if (cost_key == "exp" and dtype is T.FLOAT and self.exp is None
-                    and not any(a.code in self.called for a in args)):
-                self.exp = (len(self.lines), args[0].as_(T.FLOAT))
+        after_call = any(a.code in self.called for a in args)
+        if cost_key == "exp" and dtype is T.FLOAT and self.exp is None and not after_call:
+            self.exp = (len(self.lines), args[0].as_(T.FLOAT))
+        if after_call or cost_key in _FLOAT_FN or cost_key == "pow":
             self.called.add(name)
         self.lines.append(f"{name} = {code}")
         self.cycles += OP_CYCLES.get(cost_key, 1)
