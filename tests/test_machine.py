@@ -10,8 +10,9 @@ from ipulab import poplar
 from ipulab.errors import TileMemoryError
 from ipulab.machine.cost import compute_cost, default_vertex_estimate, exchange_cost
 from ipulab.machine.exchange import CopyPlan, intervals_overlap, merged_runs
-from ipulab.machine.kernels import first_repeat
+from ipulab.machine.kernels import element_runs, first_repeat, frozen
 from ipulab.machine.memory import CATEGORIES, CATEGORY, TileMemory
+from ipulab.poplar.lower_compute import first_duplicate
 from ipulab.poplar import program as prog
 
 T4 = ipulab.devices.ipu("ipu2", tiles_per_ipu=4).target
@@ -222,6 +223,23 @@ def test_first_repeat_is_the_lowest_address_seen_twice(ids, spread):
     twice = values[counts > 1]
     assert first_repeat(a) == (int(twice[0]) if twice.size else -1)
 
+
+def _writable_signatures(kernel) -> set:
+    return {sig for sig in kernel.signatures if any(t.mutable for t in sig)}
+
+
+def test_build_kernels_take_one_signature_whatever_arrays_they_are_given():
+    """first_duplicate and CopyPlan hand their kernels read-only views: a kernel compiled for
+    writable and for read-only arrays would be loaded twice by each fresh process."""
+    ids = a64([3, 1, 3])
+    read_only = ids.copy()
+    read_only.flags.writeable = False
+    before = _writable_signatures(first_repeat), _writable_signatures(element_runs)
+    assert first_duplicate(ids) == 3 and first_duplicate(read_only) == 3
+    z = np.zeros(3, np.int64)
+    assert CopyPlan(T4, ids, read_only, z, z, 4).length.tolist() == [1, 1, 1]
+    assert (_writable_signatures(first_repeat), _writable_signatures(element_runs)) == before
+    assert ids.flags.writeable and not frozen(ids).flags.writeable and frozen(ids).base is ids
 
 def test_tile_memory_layout():
     names = ["a", "b", "c", "d"]

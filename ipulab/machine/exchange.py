@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .cost import exchange_cost
-from .kernels import copy_runs, copy_runs_replicated, element_runs
+from .kernels import copy_runs, copy_runs_replicated, element_runs, frozen
 
 
 class Traffic(NamedTuple):
@@ -86,7 +86,7 @@ class CopyPlan:
         src, dst = np.ascontiguousarray(src, np.int64), np.ascontiguousarray(dst, np.int64)
         src_tile = np.ascontiguousarray(src_tile, np.int64)
         dst_tile = np.ascontiguousarray(dst_tile, np.int64)
-        starts = element_runs(src, dst, src_tile, dst_tile)
+        starts = element_runs(frozen(src), frozen(dst), frozen(src_tile), frozen(dst_tile))
         length = np.diff(np.append(starts, src.size)).astype(np.int64)
         self._set_runs(target, src[starts], dst[starts], length, src_tile[starts],
                        dst_tile[starts], elem_bytes)

@@ -8,6 +8,14 @@ from numba import njit, types
 from numba.typed import Dict
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of a: a kernel given only these compiles (and, in a fresh process,
+    loads from numba's cache) one signature, not one for writable and one for read-only."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 @njit(cache=True, nogil=True)
 def copy_runs(src, dst, src_start, dst_start, length):
     """dst[dst_start[r] + i] = src[src_start[r] + i] for every run r and i < length[r]."""

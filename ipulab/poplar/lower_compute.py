@@ -18,7 +18,7 @@ from ..errors import GraphError
 from ..machine import bsp
 from ..machine.cost import compute_cost, default_vertex_estimate
 from ..machine.exchange import CopyPlan
-from ..machine.kernels import alias_slots, contiguous_slots, first_marked, first_repeat, \
+from ..machine.kernels import alias_slots, contiguous_slots, first_marked, first_repeat, frozen, \
     row_hashes, slot_runs, slots_in_place
 from .actions import ComputeAction
 from .codelet import Batch, BatchPlan
@@ -29,7 +29,7 @@ _EMPTY = np.zeros(0, np.int64)
 
 def first_duplicate(ids: np.ndarray):
     """An address that occurs twice in ids, or None (linear time: a mark over the span)."""
-    found = first_repeat(np.ascontiguousarray(ids, np.int64))
+    found = first_repeat(frozen(np.ascontiguousarray(ids, np.int64)))
     return None if found < 0 else int(found)
 
 
