@@ -56,9 +56,9 @@ def _home_module(fn):
     return mod if fn.__globals__ is vars(mod) else None
 
 
-def _source(cls, mode: str, driver_source: str, mod) -> str:
+def _source(cls, mode: str, driver_source: str, mod, tree: ast.Module) -> str:
+    """The generated module: the compute's rewritten tree, then the batch driver."""
     fn = cls.compute
-    tree, _ = rewritten_tree(fn, False, half_fields(cls))
     # the compute is inlined into the driver (no call per vertex), so both take its flags
     flags = (f"boundscheck={mode == 'checked'}, error_model='numpy', "
              f"fastmath={bool(cls.fastmath)}")
@@ -83,9 +83,10 @@ def cached_driver(cls, mode: str, driver_source: str):
     """The batch driver compiled from a generated module, or None if the codelet's compute is
     not a top-level function of an importable module with its source available."""
     mod = _home_module(cls.compute)
-    if mod is None or rewritten_tree(cls.compute, False, set()) is None:
+    found = None if mod is None else rewritten_tree(cls.compute, False, half_fields(cls))
+    if found is None:
         return None
-    text = _source(cls, mode, driver_source, mod)
+    text = _source(cls, mode, driver_source, mod, found[0])
     stamp = (Path(mod.__file__).read_bytes() + _OWN_SOURCES + numba.__version__.encode()
              + text.encode())
     name = f"{PREFIX}{cls.__name__}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
