@@ -212,6 +212,32 @@ def test_full_bow_plan_reaches_over_half_of_peak():
     assert plan.macs_per_cycle == target.chip.fp32_flops_per_cycle_per_tile // 2
 
 
+def test_plans_are_kept_by_what_decides_them(dev16, monkeypatch):
+    """A product asked for again is not searched again (a pipeline asks for the same few many
+    times), on an equal target too; an edit to one plan's dicts leaves the next as planned, and
+    another cost model, size or option is planned afresh."""
+    from dataclasses import replace
+
+    from ipulab.poplin import plan as plans
+    searched = []
+    real = plans._planned
+    monkeypatch.setattr(plans, "_planned", lambda *a: searched.append(a[1:]) or real(*a))
+    monkeypatch.setattr(plans, "_plans", {})
+    first = poplin.plan_mat_mul(dev16.target, 24, 48, 18)
+    first.cycles["total"], first.memory["total"] = -1, -1
+    again = poplin.plan_mat_mul(ipulab.devices.ipu("ipu2", 16).target, 24, 48, 18)
+    assert len(searched) == 1 and again.total_cycles > 0 and again.memory["total"] > 0
+    assert again == poplin.plan_mat_mul(dev16.target, 24, 48, 18)
+    slower = ipulab.Target(dev16.target.chip, 1, 16, replace(dev16.target.cost,
+                                                               exchange_setup_cycles=999))
+    poplin.plan_mat_mul(slower, 24, 48, 18)
+    poplin.plan_mat_mul(dev16.target, 24, 48, 19)
+    poplin.plan_mat_mul(dev16.target, 24, 48, 18, options={"split": (2, 2, 2)})
+    assert len(searched) == 4
+    monkeypatch.setattr(plans, "PLANS_KEPT", 2)
+    poplin.plan_mat_mul(dev16.target, 8, 8, 8)
+    assert len(plans._plans) == 2 and len(searched) == 5
+
 # --- determinism and codelet modes -----------------------------------------------------------
 def test_determinism(dev16):
     ha, hb = _host((33, 70)), _host((70, 21))

@@ -25,7 +25,7 @@ MEMORY_MARGIN; the temporaries (partials and exchange buffers) should also fit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -39,6 +39,10 @@ from . import codelets
 MEMORY_MARGIN = 8 * 1024
 DEFAULT_OPTIONS = {"availableMemoryProportion": 0.6, "split": None}
 PARTIALS_BYTES = 4          # partials are float32 whatever the input type
+# plans kept, by what decides them (the target's chip, size and cost model, the dims, type and
+# options): a pipeline or a transformer asks for the same few products many times over
+PLANS_KEPT = 4096
+_plans: dict = {}
 ALIGN = 8
 
 
@@ -369,6 +373,19 @@ def plan_mat_mul(target, m: int, k: int, n: int, dtype=FLOAT, options=None, grou
     if min(dims) < 0 or dims.groups < 1:
         raise GraphError(f"mat_mul dimensions must be >= 0 (groups >= 1), got {tuple(dims)}")
     opts = parse_options(options)
+    key = (target.chip, target.num_ipus, target.tiles_per_ipu, target.cost, target.system, dims,
+           dtype, bool(accumulate), repr(sorted(opts.items())))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = _planned(target, dims, dtype, bool(accumulate), opts)
+        while len(_plans) > PLANS_KEPT:
+            del _plans[next(iter(_plans))]           # the oldest
+    # a copy: a caller that edits its plan's dicts leaves the kept one as planned
+    return replace(plan, cycles=dict(plan.cycles), memory=dict(plan.memory))
+
+
+def _planned(target, dims: Split, dtype: Type, accumulate: bool, opts: dict) -> MatMulPlan:
+    """plan_mat_mul's search and exact costing, its arguments checked."""
     T = target.num_tiles
     budget = target.bytes_per_tile - MEMORY_MARGIN
     temp_budget = int(opts["availableMemoryProportion"] * target.bytes_per_tile)
