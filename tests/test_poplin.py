@@ -215,7 +215,7 @@ def test_full_bow_plan_reaches_over_half_of_peak():
 def test_plans_are_kept_by_what_decides_them(dev16, monkeypatch):
     """A product asked for again is not searched again (a pipeline asks for the same few many
     times), on an equal target too; an edit to one plan's dicts leaves the next as planned, and
-    another cost model, size or option is planned afresh."""
+    another cost model, size, option or virtual graph's tiles is planned afresh."""
     from dataclasses import replace
 
     from ipulab.poplin import plan as plans
@@ -233,10 +233,13 @@ def test_plans_are_kept_by_what_decides_them(dev16, monkeypatch):
     poplin.plan_mat_mul(slower, 24, 48, 18)
     poplin.plan_mat_mul(dev16.target, 24, 48, 19)
     poplin.plan_mat_mul(dev16.target, 24, 48, 18, options={"split": (2, 2, 2)})
-    assert len(searched) == 4
+    half = poplar.Graph(dev16.target).create_virtual_graph(8, 16).target   # a shard's 8 tiles
+    assert poplin.plan_mat_mul(half, 24, 48, 18).num_tiles == 8
+    assert len(searched) == 5
     monkeypatch.setattr(plans, "PLANS_KEPT", 2)
     poplin.plan_mat_mul(dev16.target, 8, 8, 8)
-    assert len(plans._plans) == 2 and len(searched) == 5
+    assert len(plans._plans) == 2 and len(searched) == 6
+
 
 # --- determinism and codelet modes -----------------------------------------------------------
 def test_determinism(dev16):

@@ -39,8 +39,9 @@ from . import codelets
 MEMORY_MARGIN = 8 * 1024
 DEFAULT_OPTIONS = {"availableMemoryProportion": 0.6, "split": None}
 PARTIALS_BYTES = 4          # partials are float32 whatever the input type
-# plans kept, by what decides them (the target's chip, size and cost model, the dims, type and
-# options): a pipeline or a transformer asks for the same few products many times over
+# plans kept, by what decides them (the target's chip, cost model and tiles, a virtual graph's
+# too, the dims, type and options): a pipeline or a transformer asks for the same few products
+# many times over
 PLANS_KEPT = 4096
 _plans: dict = {}
 ALIGN = 8
@@ -373,8 +374,8 @@ def plan_mat_mul(target, m: int, k: int, n: int, dtype=FLOAT, options=None, grou
     if min(dims) < 0 or dims.groups < 1:
         raise GraphError(f"mat_mul dimensions must be >= 0 (groups >= 1), got {tuple(dims)}")
     opts = parse_options(options)
-    key = (target.chip, target.num_ipus, target.tiles_per_ipu, target.cost, target.system, dims,
-           dtype, bool(accumulate), repr(sorted(opts.items())))
+    key = (target.chip, target.cost, target.system, target.num_tiles, target.num_ipus,
+           target.tiles_per_ipu, dims, dtype, bool(accumulate), repr(sorted(opts.items())))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _planned(target, dims, dtype, bool(accumulate), opts)
