@@ -1,7 +1,8 @@
 """Every float32 input: f32_exp (ipulab/popops/float32_exp.py) against the codelets' exp,
 float32(exp(float64(x))) with libm's exp. Run it after changing exp_near: it prints how many
 inputs f32_exp pins down and how many it leaves to libm (NaN), how many it gets wrong (must
-be 0), and exp_near's largest error relative to libm's exp. About a minute on one core.
+be 0), and exp_near's largest error relative to libm's exp. About 3 minutes on one core
+(172 s measured on 2026-11-28).
 """
 from __future__ import annotations
 
