@@ -89,3 +89,61 @@ def test_inconsistent_json_model(capsys, tmp_path):
     f.write_text(json.dumps({"layers": 4, "hidden": 250, "heads": 4, "seq": 128, "vocab": 10}))
     assert main(["plan", "--model", str(f)]) == 2
     assert "divisible by heads" in capsys.readouterr().err
+
+
+# --- a model file is untrusted: bounded before any work (issue 38) ------------------------------
+TINY = {"layers": 4, "hidden": 256, "heads": 4, "seq": 128, "vocab": 1000}
+
+
+def refused_model(capsys, tmp_path, text: str, *words):
+    f = tmp_path / "hostile.json"
+    f.write_text(text)
+    assert main(["plan", "--model", str(f), "--system", "pod16"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert str(f) in err or f.name in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("layers", 10**9, ["layers", "at most 128"]),
+    ("layers", 1000, ["layers", "at most 128"]),
+    ("hidden", 2**20, ["hidden", "at most 32,768"]),
+    ("seq", 10**7, ["seq", "at most 65,536"]),
+    ("vocab", 10**12, ["vocab", "at most"]),
+    ("ffn", 10**9, ["ffn", "at most"]),
+    ("positions", 10**9, ["positions", "at most"]),
+])
+def test_a_model_past_a_bound_is_refused_before_any_work(capsys, tmp_path, key, value, words):
+    refused_model(capsys, tmp_path, json.dumps({**TINY, key: value}), *words)
+
+
+def test_a_model_of_too_many_parameters_is_refused(capsys, tmp_path):
+    spec = {"layers": 128, "hidden": 32768, "heads": 128, "seq": 2048, "vocab": 50000}
+    refused_model(capsys, tmp_path, json.dumps(spec), "parameters", "at most 1,000,000,000,000")
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"layers": ' + "[" * 100_000 + "4" + "]" * 100_000 + "}",
+    '{"layers": {"n": 4}, "hidden": 256, "heads": 4, "seq": 128, "vocab": 1000}',
+])
+def test_nesting_deeper_than_the_format_is_refused(capsys, tmp_path, text):
+    refused_model(capsys, tmp_path, text, "nest")
+
+
+def test_a_huge_model_file_is_refused_unread(capsys, tmp_path):
+    refused_model(capsys, tmp_path, json.dumps({**TINY, "name": "x" * 200_000}), "bytes")
+
+
+def test_the_largest_preset_is_within_the_bounds(capsys, tmp_path):
+    """gpt3-175b's dimensions as a file: the bounds leave room for the published models."""
+    spec = {"layers": 96, "hidden": 12288, "heads": 96, "seq": 2048, "vocab": 50257,
+            "global_batch": 128}
+    f = tmp_path / "gpt3.json"
+    f.write_text(json.dumps(spec))
+    doc = run_json(capsys, "--model", str(f), "--system", "pod256", "--mapping",
+                   "t=8x8,r=4,rts,phases=96", "--optimizer", "adam")
+    assert doc["parameters"] > 170e9

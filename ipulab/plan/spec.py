@@ -12,6 +12,7 @@ and phases as nn does; a transformer preset is priced at the full scale (fullsca
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
@@ -129,13 +130,24 @@ def _fill_from_back(w: list, head: float, p: int, cap: float) -> list[int] | Non
     return [end] + counts[::-1]
 
 
-def from_dims(dims: dict) -> ModelSpec:
+# What a model file may ask of the planner, checked before anything is built: past the
+# published models (gpt3-175b: 96 layers, h 12,288, sequence 2048, 174.6 B parameters), with
+# room, and small enough that a search ends in seconds (its stage cuts grow as layers³).
+BOUNDS = {"layers": 128, "hidden": 32768, "heads": 32768, "ffn": 4 * 32768, "seq": 65536,
+          "positions": 65536, "predicted": 65536, "vocab": 2**20, "type_vocab": 2**20}
+MAX_PARAMETERS = 10**12
+MAX_FILE_BYTES = 64 * 1024          # a model file is a few lines of dimensions
+MAX_NESTING = 1                     # one JSON object of numbers and names
+
+
+def from_dims(dims: dict, where: str = "model spec") -> ModelSpec:
     """A transformer from a dict of dimensions (a JSON file's content): name, layers, hidden,
     heads, seq, vocab and optionally ffn, positions, type_vocab, pooler, predicted,
-    micro_batch_size (or its old name micro), global_batch."""
+    micro_batch_size (or its old name micro), global_batch; within BOUNDS and MAX_PARAMETERS
+    (`where` names the file in a refusal)."""
     if not isinstance(dims, dict):
-        raise PlanError(f"a model spec is a JSON object of transformer dimensions, not "
-                        f"{type(dims).__name__}")
+        raise PlanError(f"{where}: a model spec is a JSON object of transformer dimensions, "
+                        f"not {type(dims).__name__}")
     need = ("layers", "hidden", "heads", "seq", "vocab")
     missing = [k for k in need if k not in dims]
     allowed = set(need) | {"name", "ffn", "positions", "type_vocab", "pooler", "predicted",
@@ -144,17 +156,47 @@ def from_dims(dims: dict) -> ModelSpec:
     if missing or unknown:
         parts = ([f"missing {missing}"] if missing else []) + \
             ([f"unknown keys {unknown}"] if unknown else [])
-        raise PlanError(f"model spec: {'; '.join(parts)} (a transformer needs "
+        raise PlanError(f"{where}: {'; '.join(parts)} (a transformer needs "
                         f"{', '.join(need)})")
     dims = dict(dims)
     if "micro" in dims:
         dims.setdefault("micro_batch_size", dims.pop("micro"))
-    return transformer(**{"name": "custom", **dims})
+    _within_bounds(dims, where)
+    dims = {"name": "custom", **dims}
+    one = transformer(**{**dims, "layers": 1})          # one layer: its parameters, cheaply
+    params = dims["layers"] * one.blocks[0].params + one.extra.params
+    if params > MAX_PARAMETERS:
+        raise PlanError(f"{where}: {params:,} parameters; the planner takes at most "
+                        f"{MAX_PARAMETERS:,} (gpt3-175b has 174.6 B)")
+    return transformer(**dims)
+
+
+def _within_bounds(dims: dict, where: str) -> None:
+    """Every dimension of BOUNDS that is a number at most its bound (a wrong type is
+    transformer()'s to refuse)."""
+    for key, bound in BOUNDS.items():
+        value = dims.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > bound:
+            raise PlanError(f"{where}: {key} {value:,} is more than the planner takes: at "
+                            f"most {bound:,}")
+
+
+def _nesting(text: str) -> int:
+    """How deep the JSON text's arrays and objects nest (outside its strings)."""
+    depth = deepest = 0
+    for c in re.sub(r'"(?:[^"\\]|\\.)*"', '""', text):
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 def load_model(name: str, models: dict | None = None) -> ModelSpec:
     """A ModelSpec: a preset, one of `models` (name -> function making a spec) or a JSON
-    file of transformer dimensions."""
+    file of transformer dimensions (untrusted: its size and nesting bounded before it is
+    parsed, its dimensions before anything is built)."""
     models = models or {}
     if name in PRESETS:
         return PRESETS[name]()
@@ -165,11 +207,21 @@ def load_model(name: str, models: dict | None = None) -> ModelSpec:
         raise PlanError(f"unknown model {name!r}: choose one of "
                         f"{', '.join([*PRESETS, *models])}, or give a JSON file of "
                         "transformer dimensions")
+    where = f"model file {name}"
     try:
-        dims = json.loads(path.read_text())
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise PlanError(f"{where}: more than {MAX_FILE_BYTES:,} bytes (a model file is a "
+                            "few lines of dimensions)")
+        text = data.decode("utf-8")
+        if (depth := _nesting(text)) > MAX_NESTING:
+            raise PlanError(f"{where}: nested {depth:,} deep; a model file is one JSON object "
+                            "of numbers and names, nested no deeper")
+        dims = json.loads(text)
     except (OSError, ValueError) as e:
-        raise PlanError(f"model file {name}: not JSON ({e})") from None
-    return from_dims({"name": path.stem, **dims} if isinstance(dims, dict) else dims)
+        raise PlanError(f"{where}: not JSON ({e})") from None
+    return from_dims({"name": path.stem, **dims} if isinstance(dims, dict) else dims, where)
 
 
 def spec_from_model(model, sample_shape, name: str = "model", micro_batch_size: int = 16,
