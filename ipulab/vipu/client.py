@@ -3,12 +3,20 @@ file: the same methods, results and errors as Controller, for the user the kerne
 process runs as. Its partitions' devices run on this process's simulator, and ask the server
 before every run whether their partition is still there.
 
+A client talks only to the server it expects: before it sends a byte, the kernel's word on
+the listening process (SO_PEERCRED) must be the account that owns the socket's folder, or
+the one server_user ($IPULAB_VIPU_SERVER_USER) names; anyone can make a socket in a
+world-writable folder first, and would otherwise receive other users' requests.
+
     ctl = vipu.connect(server="/run/ipulab/vipu.sock")     # or $IPULAB_VIPU_SERVER
     ctl.user                                              # 'alice': from the kernel
+    vipu.connect(server="/tmp/vipu.sock", server_user="teacher")   # /tmp is root's folder
     dev = ctl.create_partition("mine", 4).device(tiles_per_ipu=16)
 """
 from __future__ import annotations
 
+import os
+import pwd
 import re
 import socket
 import time
@@ -25,11 +33,16 @@ class RemoteController:
     """A V-IPU controller acting, through the server at `server`, for the user this process
     runs as. user and admin are what the server says; they cannot be set."""
 
-    def __init__(self, server, timeout: float = 30.0):
+    def __init__(self, server, timeout: float = 30.0, server_user: str | int | None = None):
         """server: the server's Unix socket; timeout: seconds for one request, including a
-        wait for another's transaction and retries while the server is busy."""
+        wait for another's transaction and retries while the server is busy; server_user:
+        the account (name or uid) the server must run as (default: $IPULAB_VIPU_SERVER_USER,
+        else whoever owns the socket's folder)."""
         self.server = Path(server).expanduser().absolute()
         self.timeout = float(timeout)
+        named = server_user if server_user is not None else \
+            os.environ.get("IPULAB_VIPU_SERVER_USER") or None
+        self._server_uid = None if named is None else _uid_of(named)
         self._user = self._admin = None
         self._call("whoami")
 
@@ -87,6 +100,7 @@ class RemoteController:
             except OSError as e:
                 raise VipuServerError(f"cannot reach the V-IPU server at {where}: "
                                       f"{e.strerror or e}") from None
+            self._check_peer(sock)
             try:
                 sock.sendall(wire.encode(message))
                 sent = None
@@ -101,6 +115,24 @@ class RemoteController:
         finally:
             sock.close()
         return wire.decode(line)
+
+    def _check_peer(self, sock: socket.socket) -> None:
+        """Refuse, having sent nothing, a server that does not run as the expected account."""
+        from .server import account
+        folder = self.server.parent
+        try:
+            expected = self._server_uid if self._server_uid is not None else \
+                os.stat(folder).st_uid
+            peer = wire.peer_uid(sock)
+        except OSError as e:
+            raise VipuServerError(f"cannot tell who runs the V-IPU server at {self.server}: "
+                                  f"{e.strerror or e}") from None
+        if peer != expected:
+            whose = "--server-user" if self._server_uid is not None else f"owner of {folder}"
+            raise VipuServerError(
+                f"not talking to {self.server}: it is served by {account(peer)}, not by "
+                f"{account(expected)} ({whose}); if {account(expected)} is wrong, name the "
+                "server's account with --server-user")
 
     # --- the controller's methods --------------------------------------------------------------
     def init(self, system: str = "pod16", allocations=None) -> list[Allocation]:
@@ -149,6 +181,18 @@ class RemoteController:
     def share(self, name: str, users=EVERYONE) -> Partition:
         users = [users] if isinstance(users, str) else list(users)
         return wire.partition_in(self._call("share", name=name, users=users), self)
+
+
+def _uid_of(user: str | int) -> int:
+    """The uid of an account given by name, uid<N> or number; VipuServerError if none."""
+    text = str(user)
+    if re.fullmatch(r"(uid)?\d+", text):
+        return int(text.removeprefix("uid"))
+    try:
+        return pwd.getpwnam(text).pw_uid
+    except KeyError:
+        raise VipuServerError(f"--server-user {text!r}: no such account on this "
+                              "machine") from None
 
 
 def _list(value) -> list:

@@ -51,6 +51,8 @@ USER_HELP = ("local mode: act as this user, a label (default: $IPULAB_USER, else
              "name); ignored with --server, where you are your account")
 SERVER_HELP = ("ask the V-IPU server on this Unix socket (`ipulab vipu serve`) instead of "
                "opening a state file (default: $IPULAB_VIPU_SERVER)")
+SERVER_USER_HELP = ("with --server: the account the server must run as (default: "
+                    "$IPULAB_VIPU_SERVER_USER, else the owner of the socket's folder)")
 
 
 def _common(parser, defaults: bool) -> None:
@@ -60,6 +62,8 @@ def _common(parser, defaults: bool) -> None:
     parser.add_argument("--db", default=default, metavar="PATH", help=DB_HELP)
     parser.add_argument("--user", default=default, metavar="NAME", help=USER_HELP)
     parser.add_argument("--server", default=default, metavar="SOCKET", help=SERVER_HELP)
+    parser.add_argument("--server-user", default=default, metavar="ACCOUNT",
+                        help=SERVER_USER_HELP)
 
 
 def _count(what: str, rule: str):
@@ -97,7 +101,7 @@ def add_parser(subparsers) -> None:
                        help="the Unix socket to listen on, e.g. /run/ipulab/vipu.sock (its "
                        "folder must be reachable by the users)")
     serve.add_argument("--db", default=argparse.SUPPRESS, metavar="PATH", help=DB_HELP)
-    for flag in ("--user", "--server"):           # refused by run(), in one line
+    for flag in ("--user", "--server", "--server-user"):    # refused by run(), in one line
         serve.add_argument(flag, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     init = sub.add_parser("init", help="set up the cluster: a Pod and its allocations")
     _common(init, defaults=False)
@@ -148,7 +152,7 @@ def run(args) -> int:
     if args.vipu_action is None:
         return _usage("give an action: serve, init, create, remove, list, show")
     if args.vipu_action == "serve":
-        if args.user is not None or args.server is not None:
+        if any(v is not None for v in (args.user, args.server, args.server_user)):
             return _usage("serve takes --socket and --db: the server acts as the user who "
                           "runs it, and clients are who the kernel says they are")
         return _serve(args)
@@ -178,7 +182,7 @@ def controller(args):
     if server is None:
         return Controller(args.db, args.user), ""
     from .client import RemoteController
-    ctl = RemoteController(server)
+    ctl = RemoteController(server, server_user=getattr(args, "server_user", None))
     claimed = args.user if args.user is not None else os.environ.get("IPULAB_USER")
     if claimed and claimed != ctl.user:
         return ctl, ignored_user(claimed, ctl)
@@ -264,6 +268,7 @@ def add_train_options(train) -> None:
     train.add_argument("--server", default=None, metavar="SOCKET",
                        help="with --partition: the V-IPU server that holds it (default: "
                        "$IPULAB_VIPU_SERVER)")
+    train.add_argument("--server-user", default=None, metavar="ACCOUNT", help=SERVER_USER_HELP)
 
 
 def train_device(args, tiles_per_ipu: int | None):

@@ -39,13 +39,15 @@ def default_user() -> str:
         raise VipuError("no user name: set $IPULAB_USER or pass --user NAME") from None
 
 
-def connect(db=None, user: str | None = None, timeout: float = 10.0, server=None):
+def connect(db=None, user: str | None = None, timeout: float = 10.0, server=None,
+            server_user=None):
     """The controller of a Pod. Local mode (one person): the state in db (default
     $IPULAB_VIPU_DB, else ~/.ipulab/vipu.sqlite), acting for user (default $IPULAB_USER, else
     the login name), a label and not an identity. Through a server (a class on one machine):
     server, the socket of `ipulab vipu serve` (default $IPULAB_VIPU_SERVER when no db is
     given), where the user is the account the kernel names; a user given then is ignored,
-    with a warning if it is not that account."""
+    with a warning if it is not that account. server_user: the account the server must run
+    as (RemoteController: default the owner of the socket's folder)."""
     if server is None and db is None:
         server = os.environ.get("IPULAB_VIPU_SERVER") or None
     if server is None:
@@ -54,7 +56,7 @@ def connect(db=None, user: str | None = None, timeout: float = 10.0, server=None
         raise VipuError("give db (local mode) or server (a shared Pod), not both: the "
                         "server alone opens its state file")
     from .client import RemoteController
-    ctl = RemoteController(server, timeout=max(float(timeout), 30.0))
+    ctl = RemoteController(server, timeout=max(float(timeout), 30.0), server_user=server_user)
     claimed = user if user is not None else os.environ.get("IPULAB_USER")
     if claimed and claimed != ctl.user:
         warnings.warn(ignored_user(claimed, ctl), stacklevel=2)

@@ -8,7 +8,10 @@ The server's own user is the administrator (init, every allocation and partition
 Each connection carries one request and its reply (wire.py: a line of JSON each way, checked
 before use) and is served in its own thread within a deadline, so a stuck or hostile client
 holds one thread for a few seconds at most and never the others; each request is one SQLite
-transaction of the controller. A server killed with SIGKILL leaves a stale socket, which the
+transaction of the controller. Connections are shared fairly between accounts: one account
+holds at most max_per_uid, and when all max_clients are taken, a newcomer from an account
+holding fewer drops the oldest unfinished request of the account holding most (a few
+accounts of half-sent lines cannot keep the others out). A server killed with SIGKILL leaves a stale socket, which the
 next server on the same path replaces (a flock beside the socket tells stale from live);
 SQLite's journal keeps the state whole.
 """
@@ -22,7 +25,6 @@ import re
 import signal
 import socket
 import stat
-import struct
 import sys
 import threading
 import time
@@ -53,12 +55,6 @@ def account(uid: int) -> str:
     return name
 
 
-def peer_uid(conn: socket.socket) -> int:
-    """The uid of the process at the other end of a Unix socket, as the kernel says."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
-
-
 class Server:
     """The controller behind a Unix socket. open() takes the socket and the state file,
     serve_forever() answers until stop(); close() gives them back."""
@@ -84,6 +80,7 @@ class Server:
         self._stop = threading.Event()
         self._guard = threading.Lock()
         self._active: dict[int, int] = {}           # uid -> connections being served
+        self._reading: dict[int, list] = {}         # uid -> its connections yet to send a line
         self._threads: set[threading.Thread] = set()
         self.notes: list[str] = []                  # what open() had to say
 
@@ -235,44 +232,79 @@ class Server:
 
     def _admit(self, conn: socket.socket) -> None:
         try:
-            uid = peer_uid(conn)
+            uid = wire.peer_uid(conn)
         except OSError:
             conn.close()
             return
+        entry = _Connection(conn, uid)
         with self._guard:
-            busy = sum(self._active.values()) >= self.max_clients or \
-                self._active.get(uid, 0) >= self.max_per_uid
+            mine = self._active.get(uid, 0)
+            busy = mine >= self.max_per_uid or (
+                sum(self._active.values()) >= self.max_clients and not self._make_room(mine))
             if not busy:
-                self._active[uid] = self._active.get(uid, 0) + 1
+                self._active[uid] = mine + 1
+                self._reading.setdefault(uid, []).append(entry)
         if busy:                                      # told at once, never queued
             self._reply(conn, {"ok": False, "busy": True, "error": "VipuServerError",
                                "message": "the V-IPU server is busy: try again"}, 0.5)
             conn.close()
             return
-        t = threading.Thread(target=self._serve, args=(conn, uid), daemon=True,
+        t = threading.Thread(target=self._serve, args=(entry,), daemon=True,
                              name=f"vipu-client-{uid}")
         with self._guard:
             self._threads.add(t)
         t.start()
 
-    def _serve(self, conn: socket.socket, uid: int) -> None:
+    def _make_room(self, mine: int) -> bool:
+        """(under the guard) For a newcomer whose account holds `mine` connections: drop the
+        oldest unfinished request of the account holding most, if it holds more than mine + 1
+        (so two accounts never take turns); False if there is none to drop."""
+        for uid, held in sorted(self._active.items(), key=lambda item: -item[1]):
+            if held <= mine + 1:
+                return False
+            if self._reading.get(uid):
+                victim = self._reading[uid].pop(0)
+                victim.dropped = True
+                self._release(uid)
+                try:
+                    victim.conn.shutdown(socket.SHUT_RD)   # its reader wakes to a closed line
+                except OSError:
+                    pass
+                return True
+        return False
+
+    def _release(self, uid: int) -> None:
+        """(under the guard) One connection of uid fewer."""
+        self._active[uid] -= 1
+        if not self._active[uid]:
+            del self._active[uid]
+            self._reading.pop(uid, None)
+
+    def _serve(self, entry: "_Connection") -> None:
+        conn, uid = entry.conn, entry.uid
         deadline = time.monotonic() + self.request_seconds
         try:
             try:
                 line = wire.read_line(conn, wire.MAX_REQUEST, deadline)
             except VipuServerError as e:
-                self.log(f"{account(uid)}: dropped a connection: {e}")
+                line, why = None, e
+            with self._guard:
+                if not entry.dropped:
+                    self._reading[uid].remove(entry)
+            if entry.dropped:
+                why = "the server is full and your account held more connections than others"
+            if line is None or entry.dropped:
+                self.log(f"{account(uid)}: dropped a connection: {why}")
                 self._reply(conn, {"ok": False, "error": "VipuServerError",
-                                   "message": f"bad request: {e}"}, 1.0)
+                                   "message": f"bad request: {why}"}, 1.0)
                 return
             reply = self.answer(uid, line)
             self._reply(conn, reply, max(deadline - time.monotonic(), 1.0))
         finally:
             conn.close()
             with self._guard:
-                self._active[uid] -= 1
-                if not self._active[uid]:
-                    del self._active[uid]
+                if not entry.dropped:
+                    self._release(uid)
                 self._threads.discard(threading.current_thread())
 
     @staticmethod
@@ -361,6 +393,15 @@ class Server:
                 pass
             finally:
                 self._log_lines.task_done()
+
+
+class _Connection:
+    """One client's connection: its socket, its uid, and whether it was dropped to make room
+    for another account's."""
+    __slots__ = ("conn", "uid", "dropped")
+
+    def __init__(self, conn: socket.socket, uid: int):
+        self.conn, self.uid, self.dropped = conn, uid, False
 
 
 def _brief(args: dict) -> str:

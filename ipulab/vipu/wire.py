@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import time
 
 from .. import errors
@@ -108,6 +109,13 @@ def request(message: dict) -> tuple[str, dict]:
             raise VipuServerError(f"bad request: {action}'s {name} is not a "
                                   f"{kind.rstrip('!?')} of the allowed size")
     return action, args
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket, as the kernel says
+    (SO_PEERCRED): the server's of a client, and a client's of its server."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
 
 
 def read_line(sock: socket.socket, limit: int, deadline: float) -> bytes:
