@@ -6,9 +6,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# Every table printed, (title, kind, rows), for docs/results.md at the end of the run.
+TABLES: list[tuple[str, str, list[tuple]]] = []
+
 
 def print_table(title: str, rows: list[tuple]) -> None:
     """rows: (what, measured, ratio, target, met)."""
+    TABLES.append((title, "targets", rows))
     widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
     print(f"\n{title}")
     for what, measured, ratio, target, met in rows:
@@ -19,6 +23,7 @@ def print_table(title: str, rows: list[tuple]) -> None:
 
 def print_columns(title: str, rows: list[tuple]) -> None:
     """rows[0] is the header; the first column is left-aligned, the others right-aligned."""
+    TABLES.append((title, "columns", rows))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     print(f"\n{title}")
     for r in rows:
@@ -31,6 +36,7 @@ if __name__ == "__main__":
     import grading
     import plan_crosscheck
     import poplibs
+    import results_page
     import speed
     import step
     import training
@@ -46,3 +52,4 @@ if __name__ == "__main__":
     plan_crosscheck.main()
     print_table("Grading a class (issue 12; 200 notebooks: about 20 minutes)",
                 grading.main(quick="--quick" in sys.argv))
+    print(f"\nresults page: {results_page.write(TABLES)}")
