@@ -66,6 +66,15 @@ class SumSquaresWritesInput(poplar.Vertex):
         out[0] = 0.0
 
 
+@wrong("ex01.sum_squares", WRONG_VALUE, "adds to out, never sets it",
+       "wrote out[0]", "-7777.0 + the right value 2 times", "does not start at 0")
+class SumSquaresAccumulates(SumSquaresSkip):
+    @staticmethod
+    def compute(inp, out):
+        for i in range(len(inp)):
+            out[0] += inp[i] * inp[i]
+
+
 def _pieces(g, x, partials, shift=0, same_out=False):
     n = x.shape[0]
     cs = g.add_compute_set("pieces")
@@ -87,6 +96,16 @@ wrong("ex01.six_workers", OFF_BY_ONE, "pieces start one element late",
 @wrong("ex01.six_workers", TOO_SLOW, "one vertex for all of x",
        "too slow", "5.83× par", "use 17 % of their issue slots")
 def one_vertex(g, x, partials):
+    cs = g.add_compute_set("one")
+    g.add_vertex(cs, SumVertex, {"in": x, "out": partials[0]}, tile=0)
+    for k in range(1, 6):               # the other partials: sums of nothing
+        g.add_vertex(cs, SumVertex, {"in": x[0:0], "out": partials[k]}, tile=0)
+    return prog.Execute(cs)
+
+
+@wrong("ex01.six_workers", WRONG_VALUE, "one vertex, the other partials never written",
+       "element(s) [1, 2, 3, 4, 5] were never written", "-7777.0 is not a result")
+def one_partial(g, x, partials):
     cs = g.add_compute_set("one")
     g.add_vertex(cs, SumVertex, {"in": x, "out": partials[0]}, tile=0)
     return prog.Execute(cs)
@@ -120,6 +139,28 @@ def local_even(g, x, partials):
         g.add_vertex(cs, SumVertex, {"in": x[t * n // tiles:(t + 1) * n // tiles],
                                      "out": partials[t]}, tile=t)
     return prog.Execute(cs)
+
+
+@wrong("ex02.local_sums", WRONG_VALUE, "empty tiles' partial sums never written",
+       "partials[1]: expected 0.0, got -7777.0", "(tile 1 holds no element of x)",
+       "was never written")
+def local_skips_empty(g, x, partials):
+    cs = g.add_compute_set("local")
+    for t, intervals in enumerate(g.get_tile_mapping(x)):
+        for b, e in intervals:
+            g.add_vertex(cs, SumVertex, {"in": x[b:e], "out": partials[t]}, tile=t)
+    return prog.Execute(cs)
+
+
+@wrong("ex02.no_race", WRONG_TILE, "every AddTo on tile 0",
+       "vertex 1 (AddTo) on tile 0", "reads x[1]", "on the row's tile")
+def race_on_tile0(g, x, acc):
+    steps = []
+    for i in range(4):
+        cs = g.add_compute_set(f"row {i}")
+        g.add_vertex(cs, AddTo, {"part": x[i], "acc": acc[0]}, tile=0)
+        steps.append(prog.Execute(cs))
+    return prog.Sequence(steps)
 
 
 @wrong("ex02.no_race", RACE, "all four AddTo in one compute set",
@@ -186,6 +227,9 @@ def broadcast_tree(g, buf):
     return prog.Sequence(rounds)
 
 
+wrong("ex03.broadcast", API_MISUSE, "copies row 0 onto itself too",
+      "copies onto row 0", "every OTHER row", "buf[1:]")(
+    lambda g, buf: prog.Copy(buf[0].broadcast(buf.shape[0], 0), buf))
 wrong("ex03.transpose", WRONG_VALUE, "copies without transposing",
       "b[0, 1, 0]: expected", "b[j, i] must be a[i, j]")(lambda g, a, b: prog.Copy(a, b))
 wrong("ex03.transpose", TOO_SLOW, "one Copy per block", "too slow", "64 steps")(
@@ -313,7 +357,7 @@ class MyDotOob(poplar.Vertex):
 
 
 @wrong("ex06.dot_estimate", MISCONCEPTION, "prices both inputs", "cost 150 worker cycles",
-       "return 10 + a")
+       "each field's number of elements, an int")
 class MyDotPricey(poplar.Vertex):
     a = poplar.Input(poplar.Vector[poplar.FLOAT])
     x = poplar.Input(poplar.Vector[poplar.FLOAT])
@@ -331,11 +375,25 @@ class MyDotPricey(poplar.Vertex):
         return 10 + a + x
 
 
-def _split(g, A, x, y, s, race=False, reverse=False):
+@wrong("ex06.dot_estimate", WRONG_VALUE, "a float64 accumulator",
+       "out[1] = 16777220.0", "float32 running total gives 16777216.0", "float64")
+class MyDotDouble(Dot):
+    """The course's Dot (and its estimate), summing in float64."""
+
+    @staticmethod
+    def compute(a, x, out):
+        s = 0.0
+        for j in range(len(a)):
+            s += a[j] * x[j]
+        out[0] = s
+
+
+def _split(g, A, x, y, s, race=False, reverse=False, one_step=False, dot=Dot):
     tiles, rows = g.target.num_tiles, A.shape[0]
     group, cols = tiles // s, np.arange(s + 1) * A.shape[1] // s
     partials = g.add_variable(poplar.FLOAT, [s, rows], "partials")
-    dots, sums = g.add_compute_set("dots"), g.add_compute_set("sums")
+    dots = g.add_compute_set("dots")
+    sums = dots if one_step else g.add_compute_set("sums")
     for i in range(rows):
         g.set_tile_mapping(y[i], i * tiles // rows)
     for j in range(s):
@@ -344,11 +402,12 @@ def _split(g, A, x, y, s, race=False, reverse=False):
             piece = A[i, cols[j]:cols[j + 1]]
             g.set_tile_mapping(piece, t)
             g.set_tile_mapping(partials[j, i], t)
-            g.add_vertex(dots, Dot, {"a": piece, "x": x[cols[j]:cols[j + 1]],
+            g.add_vertex(dots, dot, {"a": piece, "x": x[cols[j]:cols[j + 1]],
                                      "out": y[i] if race else partials[j, i]}, tile=t)
     for i in range(rows):
         g.add_vertex(sums, SumPartials, {"p": partials[:, i], "out": y[i]}, tile=i * tiles // rows)
-    steps = [prog.Execute(dots)] if race else [prog.Execute(dots), prog.Execute(sums)]
+    steps = [prog.Execute(dots)] if race or one_step else [prog.Execute(dots),
+                                                           prog.Execute(sums)]
     return prog.Sequence(steps[::-1] if reverse else steps)
 
 
@@ -359,6 +418,24 @@ wrong("ex06.split_matvec", REDUCTION_ORDER, "sums before the dots",
     lambda g, A, x, y, s: _split(g, A, x, y, s, reverse=True))
 
 
+@wrong("ex06.split_matvec", MISCONCEPTION, "ignores s: whole rows, no partial sums",
+      "s = 2: the product is right, but your graph has 16 Dot vertices", "makes 32")
+def split_ignores_s(g, A, x, y, s):
+    tiles, rows = g.target.num_tiles, A.shape[0]
+    cs = g.add_compute_set("rows")
+    for i in range(rows):
+        g.set_tile_mapping(A[i], i * tiles // rows)
+        g.set_tile_mapping(y[i], i * tiles // rows)
+        g.add_vertex(cs, Dot, {"a": A[i], "x": x, "out": y[i]}, tile=i * tiles // rows)
+    return prog.Execute(cs)
+
+
+@wrong("ex06.split_matvec", RACE, "the sums in the dots' compute set",
+       "reads, as an Input, an element that another vertex", "read/write hazard")
+def split_one_step(g, A, x, y, s):
+    return _split(g, A, x, y, s, one_step=True)
+
+
 @wrong("ex06.planned_mat_mul", WRONG_TILE, "inputs spread evenly, not as planned",
        "too slow", "1.52× par", "The exchange moved")
 def naive_mat_mul(g, m, k, n, seq):
@@ -367,6 +444,10 @@ def naive_mat_mul(g, m, k, n, seq):
     poputil.map_tensor_linearly(g, a)
     poputil.map_tensor_linearly(g, b)
     return a, b, poplin.mat_mul(g, a, b, seq, "c")
+
+
+wrong("ex06.best_split", TOO_SLOW, "s = 24: the most pieces", "too slow", "1.13× par",
+      "fastest of the splits")(lambda g, A, x, y: _split(g, A, x, y, 24))
 
 
 @wrong("ex06.best_split", API_MISUSE, "calls poplin", "not poplin")

@@ -42,17 +42,17 @@ def where_in(frames) -> str:
     return f" (in your code, line {lineno}:{line})"
 
 
-RULES = {
-    "write hazard": (
-        "BSP rule broken: two vertices of one compute set write the same element — on another "
-        "machine that would be a race, so the compiler rejects it.",
-        "Give each vertex its own output elements (e.g. one partial sum per vertex), or put the "
-        "writers in different compute sets: one superstep after the other."),
+RULES = {      # (first match wins: "read/write hazard" contains "write hazard")
     "read/write hazard": (
         "BSP rule broken: a vertex reads, as an Input, an element that another vertex of the "
         "same compute set writes — which value would it see?",
         "Split them into two compute sets (the reader in the later one), or make the field "
         "InOut in a single vertex."),
+    "write hazard": (
+        "BSP rule broken: two vertices of one compute set write the same element — on another "
+        "machine that would be a race, so the compiler rejects it.",
+        "Give each vertex its own output elements (e.g. one partial sum per vertex), or put the "
+        "writers in different compute sets: one superstep after the other."),
     "writes constant": (
         "A vertex writes a constant: constants are read-only.",
         "Connect a variable (g.add_variable) to the field it writes."),

@@ -5,8 +5,9 @@ from .... import poplar
 from ....poplar import program as prog
 from ...codelets import SumVertex
 from ..messages import Fail, short
-from ..kit import Kit, call, compare, elements, grade_par, predicted, require_codelet
+from ..kit import Kit, call, elements, grade_par, predicted, require_codelet
 from ..registry import Par, exercise_set, question
+from .outputs import SENTINEL, compare_filled, filled, sentinel_note
 
 exercise_set("ex01", "01_one_tile.ipynb", "One tile",
              "A first codelet of your own, then the six workers of a tile and its memory.")
@@ -18,7 +19,9 @@ exercise_set("ex01", "01_one_tile.ipynb", "One tile",
     statement="""
 Complete the codelet `SumSquares`: `out` = the sum of the squares of the elements of `in`.
 The fields are given; write `compute`. The check places several vertices of it on one and two
-tiles, over vectors of different lengths and random values, and runs them with bounds checking.
+tiles, over vectors of different lengths and random values, and runs them with bounds checking,
+each compute set twice in a row (`prog.Repeat(2, ...)`). Before each run it fills `out` with
+-7777.0, a value no right answer leaves: an output does not start at 0, `compute` must set it.
 """,
     hints=[
         "Start from SumVertex of notebook 01: a running total, a loop over the input, and one "
@@ -42,13 +45,14 @@ def _sum_squares(cls):
     for k in range(len(lengths)):
         kit.g.add_vertex(cs, cls, {"in": kit.tensors["x"][bounds[k]:bounds[k + 1]],
                                    "out": kit.tensors["out"][k]}, tile=0)
-    kit.compile(prog.Execute(cs))
+    kit.compile(prog.Repeat(2, prog.Execute(cs)))     # a codelet that adds to out shows it
     for case in range(2):
         x = rng.integers(-9, 10, n).astype(np.float32)
-        got = kit.run(x=x, out=np.zeros(len(lengths), np.float32))["out"]
+        got = kit.run(x=x, out=filled(len(lengths)))["out"]
         want = np.array([np.sum(x[bounds[k]:bounds[k + 1]].astype(np.float64) ** 2)
                          for k in range(len(lengths))])
-        compare(kit, "out", got, want, context=lambda k: f" for in = {short(x[bounds[k]:bounds[k + 1]])}")
+        compare_filled(kit, "out", got, want, repeats=2,
+                       context=lambda k: f" for in = {short(x[bounds[k]:bounds[k + 1]])}")
     # 2. random floats, one vertex per tile on two tiles
     kit2 = Kit(tiles=2)
     kit2.var("x", poplar.FLOAT, [2, 40], tile=None)
@@ -60,9 +64,9 @@ def _sum_squares(cls):
         kit2.g.set_tile_mapping(kit2.tensors["out"][t], t)
         kit2.g.add_vertex(cs, cls, {"in": kit2.tensors["x"][t], "out": kit2.tensors["out"][t]}, tile=t)
     x = rng.uniform(-1, 1, (2, 40)).astype(np.float32)
-    got = kit2.run(prog.Execute(cs), x=x)["out"]
-    compare(kit2, "out", got, (x.astype(np.float64) ** 2).sum(axis=1), rtol=1e-5,
-            context=lambda k: f" for in = {short(x[k])}")
+    got = kit2.run(prog.Repeat(2, prog.Execute(cs)), x=x, out=filled(2))["out"]
+    compare_filled(kit2, "out", got, (x.astype(np.float64) ** 2).sum(axis=1), rtol=1e-5,
+                   repeats=2, context=lambda k: f" for in = {short(x[k])}")
     return "correct for 9 vertices on 2 tiles, vectors of 1 to 40 elements"
 
 
@@ -152,8 +156,9 @@ SIX_WORKERS_PAR = Par(cycles=6216, tolerance=1.1)
     statement="""
 `x` (N floats) lives on tile 0, with `partials`, a FLOAT[6] tensor on the same tile. Write
 `six_workers(g, x, partials)`: add vertices of the given `SumVertex` to a compute set on tile 0 so
-that the elements of `partials` add up to the sum of `x` (each element of `x` counted once),
-and return the program. The check runs N = 6,000, 606 and 13. **Par** for N = 6,000:
+that the elements of `partials` add up to the sum of `x` (each element of `x` counted once;
+every element of `partials` written, as the check fills it with -7777.0 first), and return the
+program. The check runs N = 6,000, 606 and 13. **Par** for N = 6,000:
 6,216 cycles; your program must be within 1.1× of it.
 """,
     par=SIX_WORKERS_PAR,
@@ -175,7 +180,11 @@ def _six_workers(build):
         program = call(build, kit.g, x, partials, what="six_workers(g, x, partials)")
         kit.compile(program)
         values = rng.integers(-9, 10, n).astype(np.float32)
-        got = kit.run(x=values, partials=np.zeros(6, np.float32))["partials"]
+        got = kit.run(x=values, partials=filled(6))["partials"]
+        if (got == SENTINEL).any():
+            raise Fail(f"for N = {n}, partials = {short(got)}: element(s) "
+                       f"{np.flatnonzero(got == SENTINEL).tolist()} were never written."
+                       + sentinel_note("partials", got, np.zeros(6)))
         if got.sum(dtype=np.float64) != values.sum(dtype=np.float64):
             reads = kit.readers("x")
             missing, twice = np.flatnonzero(reads == 0), np.flatnonzero(reads > 1)

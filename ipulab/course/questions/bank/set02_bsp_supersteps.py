@@ -6,9 +6,9 @@ from .... import poplar
 from ....poplar import program as prog
 from ...codelets import SumVertex
 from ..messages import Fail
-from ..kit import (Kit, call, compare, exchange_note, grade_par, held, predicted,
-                       sentinel_like)
+from ..kit import Kit, call, exchange_note, grade_par, held, predicted
 from ..registry import Par, exercise_set, question
+from .outputs import compare_filled, filled
 
 exercise_set("ex02", "02_bsp_supersteps.ipynb", "BSP supersteps",
              "Many tiles: compute where the data lives, predict a superstep, avoid races, and "
@@ -32,17 +32,19 @@ def _blocks(rng, n, tiles, order):
 `x` is spread over the tiles in contiguous blocks of **different** sizes, in no particular tile
 order (some tiles may hold nothing). `partials` has one element per tile; `partials[t]` lives on
 tile `t`. Write `local_sums(g, x, partials)`: one compute set in which vertices of `SumVertex` make
-`partials[t]` = the sum of the elements of `x` held by tile `t`, **each vertex reading only its
-own tile's memory** (no exchange). Return the program. Read the mapping with
-`g.get_tile_mapping(x)`.
+`partials[t]` = the sum of the elements of `x` held by tile `t` — 0 for a tile that holds
+nothing — **each vertex reading only its own tile's memory** (no exchange). Return the program.
+Read the mapping with `g.get_tile_mapping(x)`. The check fills `partials` with -7777.0 before
+each run: every element must be written, the empty tiles' zeros too.
 """,
     hints=[
         "g.get_tile_mapping(x) returns, for each tile t, the list of (begin, end) intervals of x "
         "that tile t holds.",
         "For each tile with an interval (begin, end), add one SumVertex reading x[begin:end] and "
-        "writing partials[t] — on tile t itself, where both live.",
-        "for t, intervals in enumerate(g.get_tile_mapping(x)): for (b, e) in intervals: "
-        "g.add_vertex(cs, SumVertex, {'in': x[b:e], 'out': partials[t]}, tile=t).",
+        "writing partials[t] — on tile t itself, where both live. A tile with no interval still "
+        "needs its 0: a SumVertex over an empty slice sums nothing.",
+        "for t, intervals in enumerate(g.get_tile_mapping(x)): for (b, e) in intervals or "
+        "[(0, 0)]: g.add_vertex(cs, SumVertex, {'in': x[b:e], 'out': partials[t]}, tile=t).",
     ])
 def _local_sums(build):
     rng = np.random.default_rng(201)
@@ -55,10 +57,10 @@ def _local_sums(build):
         tile_of = kit.tiles_of("x")
         for _ in range(2):
             values = rng.integers(-20, 21, n).astype(np.float32)
-            got = kit.run(x=values, partials=np.zeros(tiles, np.float32))["partials"]
+            got = kit.run(x=values, partials=filled(tiles))["partials"]
             want = np.array([values[tile_of == t].sum() for t in range(tiles)])
-            compare(kit, "partials", got, want, exact=True,
-                    context=lambda t: f" (tile {t} holds {held(kit, 'x', t)})")
+            compare_filled(kit, "partials", got, want, exact=True,
+                           context=lambda t: f" (tile {t} holds {held(kit, 'x', t)})")
         if kit.profile.exchange_cycles.sum():
             raise Fail("the sums are right, but data crossed the exchange: a vertex must read "
                        "only its own tile's memory." + exchange_note(kit))
@@ -116,7 +118,7 @@ def _step_cycles(answer):
 `x` has 4 rows, row `i` on tile `i`; `acc` is one float on tile 0 that already holds a value.
 Using the given `AddTo` codelet (`acc += sum(part)`), write `no_race(g, x, acc)` returning a
 program after which `acc` = its old value + the sum of all of `x`. One `AddTo` per row, on the
-row's tile. The compiler must accept it.
+row's tile (the vertex reading row `i` runs on tile `i`). The compiler must accept it.
 """,
     hints=[
         "Four vertices in ONE compute set all writing acc would race: the compiler rejects it "
@@ -133,6 +135,7 @@ def _no_race(build):
         x = kit.var("x", poplar.FLOAT, [4, k], tile=[[(i * k, (i + 1) * k)] for i in range(4)])
         acc = kit.var("acc", poplar.FLOAT, [1], tile=0, read=True)
         kit.compile(call(build, kit.g, x, acc, what="no_race(g, x, acc)"))
+        _on_the_rows_tiles(kit)
         for _ in range(2):
             values = rng.integers(-9, 10, (4, k)).astype(np.float32)
             start = np.float32(rng.integers(-50, 50))
@@ -145,6 +148,16 @@ def _no_race(build):
                 raise Fail(f"acc = {got[0]:.1f}, expected {start:.1f} + sum(x) = "
                            f"{start + values.sum():.1f}.{detail}")
     return "correct: the compiler accepted it and acc holds the whole sum"
+
+
+def _on_the_rows_tiles(kit):
+    """Fail unless every vertex reads its part of x on its own tile (acc may travel)."""
+    away = [r for r in kit.remote_reads() if r[2].startswith("x")]
+    if away:
+        vid, field, name, _, tiles, _ = away[0]
+        raise Fail(f"{kit.vertex(vid)} reads {name} (field '{field}'), which lives on tile "
+                   f"{', '.join(map(str, tiles))}: the statement asks for one AddTo per row, on "
+                   "the row's tile (row i on tile i), so that only acc travels.")
 
 
 # --- 4 ---------------------------------------------------------------------------------------
@@ -181,7 +194,7 @@ def _normalise(build):
     runs = []
     for _ in range(3):
         values = rng.uniform(0.5, 1.5, n).astype(np.float32)
-        runs.append((values, kit.run(x=values, y=sentinel_like(n))["y"]))
+        runs.append((values, kit.run(x=values, y=filled(n))["y"]))
     for case, (values, got) in enumerate(runs):
         want = values / values.sum(dtype=np.float64)
         if case and not np.allclose(got, want, rtol=1e-4) and np.allclose(
@@ -191,7 +204,7 @@ def _normalise(build):
                        "Supersteps run in program order, and a compute set sees only the writes "
                        "of earlier ones: execute partial sums → total → divide, in that order.")
     for case, (values, got) in enumerate(runs):
-        compare(kit, "y", got, values / values.sum(dtype=np.float64), rtol=1e-4, atol=1e-8,
-                initial=sentinel_like(n), case=f" (run {case + 1} of 3)")
+        compare_filled(kit, "y", got, values / values.sum(dtype=np.float64), rtol=1e-4,
+                       atol=1e-8, case=f" (run {case + 1} of 3)")
     report = grade_par(kit.profile, NORMALISE_PAR)
     return f"correct on 3 runs; {report.text}", {"cycles": report.cycles}

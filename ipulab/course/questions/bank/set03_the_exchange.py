@@ -4,8 +4,9 @@ import numpy as np
 from .... import poplar
 from ....poplar import program as prog
 from ..messages import Fail
-from ..kit import Kit, call, compare, grade_par, predicted, sentinel_like
+from ..kit import Kit, call, grade_par, predicted
 from ..registry import Par, exercise_set, question
+from .outputs import compare_filled, filled
 
 exercise_set("ex03", "03_the_exchange.ipynb", "The exchange",
              "Predict what bytes cost, broadcast in one superstep, and move blocks all-to-all.")
@@ -48,7 +49,9 @@ def _copy_cycles(answer):
     statement="""
 `buf` has one row per tile, row `i` on tile `i`. Row 0 holds data. Write `broadcast(g, buf)`
 returning a program that copies row 0 into **every** other row — in **one** superstep (one
-executed step). The check runs it on 4 and 8 tiles with rows of 5 and 64 floats.
+executed step) — and leaves row 0 alone (no copy writes it: a copy from row 0 onto itself reads
+and writes the same elements). The check fills the other rows with -7777.0 first and runs it on
+4 and 8 tiles with rows of 5 and 64 floats.
 """,
     hints=[
         "The exchange multicasts: tile 0 sends its row once and every tile that needs it listens, "
@@ -64,7 +67,8 @@ def _broadcast(build):
         buf = kit.var("buf", poplar.FLOAT, [tiles, n], tile=[[(i * n, (i + 1) * n)]
                                                             for i in range(tiles)], read=True)
         program = call(build, kit.g, buf, what="broadcast(g, buf)")
-        init = sentinel_like((tiles, n))
+        _leaves_row_0(kit, program, buf)
+        init = filled((tiles, n))
         init[0] = rng.standard_normal(n).astype(np.float32)
         got = kit.run(program, buf=init)["buf"]
         want = np.broadcast_to(init[0], (tiles, n))
@@ -73,7 +77,7 @@ def _broadcast(build):
             raise Fail(f"on {tiles} tiles, row(s) {missing} of buf (on tile(s) {missing}) were "
                        "never written: they still hold their initial values. Nothing was copied "
                        "to those tiles — a missing exchange. Did your copy cover every row?")
-        compare(kit, "buf", got, want, exact=True, case=f" on {tiles} tiles")
+        compare_filled(kit, "buf", got, want, exact=True, case=f" on {tiles} tiles")
         steps = len(kit.profile.steps)
         if steps != 1:
             raise Fail(f"correct, but on {tiles} tiles your broadcast takes {steps} supersteps "
@@ -81,6 +85,30 @@ def _broadcast(build):
                        "The exchange multicasts: one Copy from row 0 to all the others is one "
                        "superstep, whatever the number of destinations.")
     return "correct on 4 and 8 tiles, in one superstep"
+
+
+def _programs(program):
+    """Every program inside `program` (a Sequence's, a Repeat's, ...), itself first."""
+    yield program
+    children = program.children() if isinstance(program, prog.Program) else \
+        program if isinstance(program, (list, tuple)) else ()
+    for child in children:
+        yield from _programs(child)
+
+
+def _leaves_row_0(kit, program, buf):
+    """Fail if a copy or a vertex writes row 0, the source of the broadcast."""
+    row0 = buf[0].ids.ravel()
+    for p in _programs(program):
+        dst = getattr(p, "dst", None) if isinstance(p, prog.Copy) else None
+        if isinstance(dst, poplar.Tensor) and np.intersect1d(dst.ids, row0).size:
+            raise Fail(f"your program copies onto row 0 ({p.name!r}): row 0 is the source, and "
+                       "the statement asks to copy it into every OTHER row. A copy that writes "
+                       "the elements it reads is a read/write conflict, and moves bytes for "
+                       "nothing: copy into buf[1:] only.")
+    if (kit.writers("buf").reshape(buf.shape)[0] >= 0).any():
+        raise Fail("a vertex writes row 0 of buf: row 0 is the source; copy it into the other "
+                   "rows only.")
 
 
 # --- 3 ---------------------------------------------------------------------------------------
@@ -140,10 +168,9 @@ def _transpose(build):
                     tile=[[(i * block, (i + 1) * block)] for i in range(tiles)], read=True)
         program = call(build, kit.g, a, b, what="transpose(g, a, b)")
         values = rng.standard_normal((tiles, tiles, k)).astype(np.float32)
-        got = kit.run(program, a=values, b=sentinel_like((tiles, tiles, k)))["b"]
-        compare(kit, "b", got, values.transpose(1, 0, 2), exact=True,
-                case=f" (b[j, i] must be a[i, j]; {tiles} tiles)",
-                initial=sentinel_like((tiles, tiles, k)))
+        got = kit.run(program, a=values, b=filled((tiles, tiles, k)))["b"]
+        compare_filled(kit, "b", got, values.transpose(1, 0, 2), exact=True,
+                       case=f" (b[j, i] must be a[i, j]; {tiles} tiles)")
         if tiles == TRANSPOSE_TILES:
             report = grade_par(kit.profile, TRANSPOSE_PAR)
     return f"correct on 4 and 8 tiles; {report.text}", {"cycles": report.cycles}
