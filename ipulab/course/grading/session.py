@@ -20,8 +20,6 @@ import types
 from pathlib import Path
 from signal import SIGXCPU
 
-import numpy as np
-
 from ... import errors
 from ...poplar.codelet_cache import cache_dir, cache_root
 from ...poplar.program import Program
@@ -29,6 +27,7 @@ from ...poplar.state import GraphState
 from ..questions.evaluate import evaluate
 from ..questions.kit import warm_up
 from ..questions.messages import where_in
+from ..questions.pricing import model_estimates
 from ..questions.registry import get
 from .sandbox import Limits, Sandbox
 from .wire import (FRAME_LIMIT, SESSION, TOTAL_LIMIT, WireError, judge_dumps, judge_loads,
@@ -170,7 +169,7 @@ def call_through(channel, handle: int, args, kwargs):
     states = _states_in((args, kwargs))
     before = [dict(vars(s)) for s in states]
     channel.send(("call", handle, states, args, kwargs))
-    reply = channel.receive(states)
+    reply = _shown(channel.receive(states))
     if reply[0] == "ok" and len(reply) == 5 and len(reply[1]) == len(states) and \
             len(reply[3]) == len(args) and isinstance(reply[4], dict):
         for state, old, new in zip(states, before, reply[1]):
@@ -180,6 +179,15 @@ def call_through(channel, handle: int, args, kwargs):
             _take_back(mine, theirs)
         return reply[2]
     raise rebuilt(reply)
+
+
+def _shown(reply):
+    """A call's reply less what the call printed, which goes to this process's stdout: the
+    check's, where evaluate() keeps it for the feedback."""
+    if isinstance(reply, tuple) and len(reply) == 6 and isinstance(reply[5], str):
+        sys.stdout.write(reply[5][:OUTPUT_LIMIT])
+        return reply[:5]
+    return reply
 
 
 def _nothing():
@@ -234,8 +242,7 @@ def adopt(state, old: dict, new) -> None:
         _compare(old, new)
     except (KeyError, AttributeError, TypeError, ValueError, IndexError):
         raise Tampering("a call sent back a graph that is not one") from None
-    for mine, theirs in zip(old["vertices"].groups, new["vertices"].groups):
-        theirs.estimates = np.array(mine.estimates, copy=True)     # the check's own estimates
+    model_estimates(new["vertices"].groups, [g.estimates for g in old["vertices"].groups])
     vars(state).clear()
     vars(state).update(new)
     vars(state).update({k: old[k] for k in _KEEP})
@@ -365,7 +372,8 @@ def verdict(q, answers, outcomes, tampered, gone) -> dict:
                     message=f"your answer could not be sent for grading: {data}")
     SESSION.trust_estimates, SESSION.codelets = q.prices, {}
     try:
-        status, message, metrics = evaluate(q, judge_loads(data))
+        status, message, metrics, printed = evaluate(q, judge_loads(data))
+        message += f"\n  Your code printed:\n{printed.rstrip()}" if printed.strip() else ""
     except Fate as f:
         status, message, metrics = f.status, f.message, {}
     except Tampering as t:

@@ -1,5 +1,6 @@
 """evaluate(): one answer to one question, checked — what check() in a notebook and the class
-grader's judge both run."""
+grader's judge both run: the same checks, the same pricing (pricing.py), and what the answer's
+code printed kept (bounded) for check() to show under the cell and the judge in the feedback."""
 from __future__ import annotations
 
 import contextlib
@@ -9,20 +10,48 @@ import warnings
 import numpy as np
 
 from .messages import Fail, NotAnswered, explain
+from .pricing import Pricing, pricing
 
 MISSING = object()          # no answer given
+PRINTED_CHARS = 2000        # of what the answer's code printed, shown (the rest is cut)
 
 
-def evaluate(q, answer=MISSING) -> tuple[str, str, dict]:
-    """(status, message, metrics) of an answer to question q: 'passed', 'failed', 'not
-    answered' or 'out of memory'. Records and prints nothing (check() and the class grader's
-    judge do)."""
-    ok, status, metrics = False, "failed", {}
-    out = io.StringIO()              # what the learner's code prints during the check
+class Printed(io.TextIOBase):
+    """What the answer's code prints during a check: the first PRINTED_CHARS characters kept,
+    the rest counted, so an endless print loop costs no memory."""
+
+    def __init__(self):
+        self.kept, self.size = io.StringIO(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        room = PRINTED_CHARS - self.kept.tell()
+        if room > 0:
+            self.kept.write(text[:room])
+        self.size += len(text)
+        return len(text)
+
+    def text(self) -> str:
+        """What was printed, with '… (truncated)' where it was cut."""
+        kept = self.kept.getvalue()
+        if self.size > len(kept):
+            kept = kept.rstrip("\n") + f"\n… (truncated: {self.size:,} characters printed)"
+        return kept
+
+
+def evaluate(q, answer=MISSING) -> tuple[str, str, dict, str]:
+    """(status, message, metrics, printed) of an answer to question q: status 'passed',
+    'failed', 'not answered' or 'out of memory'; printed: what the answer's code printed
+    (bounded). Records and prints nothing (check() and the class grader's judge do)."""
+    status, metrics = "failed", {}
+    out, priced = Printed(), Pricing(q.prices)
     try:
         if answer is MISSING:
             raise NotAnswered()
-        with warnings.catch_warnings(), np.errstate(all="ignore"), contextlib.redirect_stdout(out):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), \
+                contextlib.redirect_stdout(out), pricing(priced):
             warnings.simplefilter("ignore")
             result = q.checker(answer)
         if isinstance(result, tuple):
@@ -46,8 +75,5 @@ def evaluate(q, answer=MISSING) -> tuple[str, str, dict]:
         message = explain(e)
     except KeyboardInterrupt:
         message = "interrupted"
-    printed = out.getvalue().strip().splitlines()
-    if status == "failed" and printed:
-        message += "\n  Your code printed (first lines):\n" + "\n".join(
-            f"    {line}" for line in printed[:6])
-    return status, message, metrics
+    notes = "".join(f"\n  {n}" for n in priced.notes if status != "not answered")
+    return status, message + notes, metrics, out.text()

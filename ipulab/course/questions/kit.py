@@ -20,6 +20,7 @@ from ...errors import CodeletError, IpuLabError
 from ...poplar import program as prog
 from ..codelets import SumVertex
 from .messages import Fail, NotAnswered, explain, fmt, fmt_index, where
+from .pricing import answering, by_the_machine, note
 
 CHECKED = {"debug.checkedCodelets": "true"}
 PYTHON = {"debug.codeletMode": "python"}
@@ -32,11 +33,13 @@ def device(tiles: int, arch: str = "ipu2"):
 
 
 def call(fn, *args, what: str = "your function", **kwargs):
-    """Run learner code: NotImplementedError means 'not answered'; anything else is explained."""
+    """Run learner code: NotImplementedError means 'not answered'; anything else is explained.
+    The graphs it is given leave it priced by the machine (pricing.py), here as in the judge."""
     if not callable(fn):
         raise Fail(f"expected {what} (something callable), got {type(fn).__name__}")
     try:
-        return fn(*args, **kwargs)
+        with answering((*args, *kwargs.values())):
+            return fn(*args, **kwargs)
     except NotImplementedError:
         raise NotAnswered() from None
     except (Fail, NotAnswered):
@@ -98,6 +101,7 @@ class Kit:
         self.reads: list[str] = []      # the tensors run() returns
         self.engine = None
         self.profile = None
+        self._declared = {}             # what the answer said its vertices cost (pricing.py)
 
     def var(self, name, dtype, shape, tile=None, value=None, read=False):
         """A variable mapped to `tile` (an int, a per-tile mapping list, or None: unmapped)."""
@@ -129,6 +133,7 @@ class Kit:
             raise Fail(f"expected a program (prog.Sequence, prog.Execute, ...), got "
                        f"{type(program).__name__}")
         self.program, self.options = program, options
+        self._declared = by_the_machine(self.g)
         try:
             self.engine = poplar.Engine(self.g, program, dict(CHECKED, **(options or {})))
             self.engine.load(self.dev)
@@ -151,6 +156,8 @@ class Kit:
         except IpuLabError as e:
             raise Fail(explain(e)) from None
         self.profile = self.engine.profile()
+        note(self._declared, self.profile, self.vertex)
+        self._declared = {}             # (reported once, beside the first run's figures)
         return {name: self.engine.read_tensor(f"r:{name}") for name in self.reads}
 
     def _python_line(self, err):

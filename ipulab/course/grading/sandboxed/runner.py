@@ -8,6 +8,8 @@ itself, and what this process notices (a forged record, a patched check) only ad
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import sys
@@ -28,6 +30,7 @@ _NONE = object()
 _CHECKER = ("ipulab.course.questions", "ipulab.course.learner", "ipulab.course.grading")
 # what the submission may replace only to forge a result: compared before and after
 _WATCHED = ("allclose", "array_equal", "isclose", "array_equiv")
+PRINTED_CHARS = 64 * 1024     # of what one call prints, sent to the judge (it shows less)
 
 
 class AnswerRelay:
@@ -170,16 +173,27 @@ def _back(args) -> tuple:
     return tuple(a if isinstance(a, (Program, list, dict)) else None for a in args)
 
 
+class _Printed(io.StringIO):
+    """What a call prints: its first PRINTED_CHARS characters, for the judge's feedback."""
+
+    def write(self, text: str) -> int:
+        super().write(text[:max(0, PRINTED_CHARS - self.tell())])
+        return len(text)
+
+
 def run_call(message, handles: Handles) -> bytes:
     """One call of the judge's, run: the reply holds the result and the graphs and programs
-    the call was given, as they are after it (or what it raised)."""
+    the call was given, as they are after it (or what it raised), then what it printed."""
     _, handle, states, args, kwargs = message
+    printed = _Printed()
     try:
-        result = handles.objects[handle](*args, **kwargs)
+        with contextlib.redirect_stdout(printed):
+            result = handles.objects[handle](*args, **kwargs)
         return submission_dumps(("ok", [vars(s) for s in states], result, _back(args),
-                                 dict(zip(kwargs, _back(kwargs.values())))), handles, states)
+                                 dict(zip(kwargs, _back(kwargs.values()))), printed.getvalue()),
+                                handles, states)
     except BaseException as e:          # SystemExit too: the judge decides what it means
-        return submission_dumps(_raised(e), handles)
+        return submission_dumps(_raised(e) + (printed.getvalue(),), handles)
 
 
 def serve(chan_in, chan_out, handles: Handles) -> None:
