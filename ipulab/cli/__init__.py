@@ -17,6 +17,7 @@ from ipulab.vipu import command as vipu_command
 from . import course as course_command
 from . import train as train_command_line
 from .output import report_problem, table
+from .parser import Parser
 
 
 def _version() -> str:
@@ -110,7 +111,7 @@ def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with its subcommands."""
-    parser = argparse.ArgumentParser(prog="ipulab", description=__doc__)
+    parser = Parser(prog="ipulab", description=__doc__)
     parser.add_argument("--version", action="version", version=f"ipulab {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("info", help="print the chip presets and systems")

@@ -18,6 +18,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -32,7 +33,13 @@ MACHINES_HELP = ("NAME=MACHINES[:USER]: the Pod's machines (Bow-2000s of 4 IPUs,
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """A usage error as one line on stderr (exit code 2), like every refusal of the command."""
+    """A usage error as one line on stderr (exit code 2), like every refusal of the command:
+    no abbreviations (`--siz` is not `--size`), a did-you-mean for an unknown flag or an
+    invalid choice, a long list of choices folded. The `ipulab` command's parsers are these."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
@@ -42,8 +49,36 @@ class OneLineParser(argparse.ArgumentParser):
         not the `ipulab` command's (its usage, then the error)."""
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and not self._subparsers:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            self.unrecognized(extras)
         return namespace, extras
+
+    def unrecognized(self, extras: list[str]):
+        """The usage error of arguments this parser does not know, with the flag it may mean."""
+        flags = [s for a in self._actions for s in a.option_strings if s.startswith("--")]
+        wrong = next((e.split("=")[0] for e in extras if e.startswith("--")), None)
+        self.error(f"unrecognized arguments: {' '.join(extras)}"
+                   f"{did_you_mean(wrong, flags) if wrong else ''}")
+
+    def _check_value(self, action, value):
+        """An invalid choice in brief: the value, the choice it may mean, the choices folded."""
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            raise argparse.ArgumentError(action, f"invalid choice {value!r}"
+                                         f"{did_you_mean(str(value), choices)}; choose from "
+                                         f"{folded(choices)}")
+
+
+def did_you_mean(wrong: str, known: list[str]) -> str:
+    """'; did you mean X?' for the known word nearest to a wrong one (difflib), or ''."""
+    near = difflib.get_close_matches(wrong, known, n=1, cutoff=0.6)
+    return f"; did you mean {near[0]}?" if near else ""
+
+
+def folded(choices: list[str], most: int = 6) -> str:
+    """The choices, the first `most` of a longer list and how many more."""
+    if len(choices) <= most + 1:
+        return ", ".join(choices)
+    return f"{', '.join(choices[:most])} and {len(choices) - most} more"
 
 
 DB_HELP = "the state file (default: $IPULAB_VIPU_DB, else ~/.ipulab/vipu.sqlite)"
