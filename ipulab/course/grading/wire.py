@@ -4,8 +4,9 @@ Frames of pickled data go both ways over pipes; one from a submission is refused
 FRAME_LIMIT bytes (TOTAL_LIMIT in all: session.py counts). The judge reads the submission's
 frames with JudgeUnpickler, which makes only allow-listed classes (numbers, arrays, ipulab's
 graph, program, target and layer classes, library codelets) and builds containers and bytes
-only from values in the frame, so nothing a submission sends can run code in the judge or make
-gigabytes of a few bytes. A submission's own functions travel as handles: in the judge a
+only from values in the frame, and fills in only the objects the frame made (never a class, a
+function or an object the judge shares: unpickling.py), so nothing a submission sends can run
+code in the judge, change the judge's classes, or make gigabytes of a few bytes. A submission's own functions travel as handles: in the judge a
 RemoteFunction, whose call asks the submission's process to run the function and send back the
 result. Its codelets travel as their source: codelet_from_spec re-makes the class in the judge
 from source that source_check.py validated, so the judge compiles the compute itself (numba,
@@ -36,6 +37,7 @@ from ...poplar.vertex import InOut, Input, MultiVertex, Output, Vector, VectorLi
 from ...poplar.vertices import VertexGroup
 from .generated import regenerate
 from .source_check import UnsafeCode, check_function_source, safe_globals
+from .unpickling import FillingUnpickler, fresh_dtype
 
 FIELD_DIRECTIONS = {"Input": Input, "Output": Output, "InOut": InOut}
 
@@ -142,12 +144,17 @@ def _vertex_group(state: dict) -> VertexGroup:
     return group
 
 
-class JudgeUnpickler(pickle.Unpickler):
-    """Unpickles a submission's frame, making nothing outside the allow-list."""
+class JudgeUnpickler(FillingUnpickler):
+    """Unpickles a submission's frame, making nothing outside the allow-list, and filling in
+    only the objects it made (unpickling.py)."""
+
+    makers = (np.zeros(0).__reduce__()[0], fresh_dtype)    # (numpy's _reconstruct: an array)
 
     def find_class(self, module: str, name: str):
         if module == "builtins" and name in _BUILTINS:
             return _BUILTINS[name]
+        if (module, name) == ("numpy", "dtype"):
+            return fresh_dtype
         if (module, name) in _NUMPY or (module, name) in _RECIPES:
             return getattr(importlib.import_module(module), name)
         if module == "numpy" and isinstance(getattr(np, name, None), type) and \
