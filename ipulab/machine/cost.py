@@ -1,4 +1,4 @@
-"""The cycle model (DESIGN section 3): per-tile cycles of compute, exchange and sync."""
+"""The cycle model (docs/machine.md): per-tile cycles of compute, exchange and sync."""
 from __future__ import annotations
 
 import numpy as np

@@ -56,7 +56,7 @@ def _config(config, options: dict) -> TrainConfig:
 
 
 class Trainer:
-    """Trains an nn.Sequential on a simulated device (DESIGN section 7).
+    """Trains an nn.Sequential on a simulated device (docs/training.md).
 
     The keywords are nn.TrainConfig's (see it for each): replicas, batch_size, lr, momentum,
     precision ("fp32" or "fp16"), pipeline (layers where stages begin, or a number of stages),

@@ -1,4 +1,4 @@
-"""Bokeh figures of a run (DESIGN section 8): pure functions, Profile in, bokeh model out.
+"""Bokeh figures of a run (docs/inside.md): pure functions, Profile in, bokeh model out.
 
     from ipulab import viz
     viz.setup()                              # once per notebook: bokeh from INLINE resources

@@ -1,4 +1,4 @@
-"""TrainingDashboard: the live dashboard of an nn.Trainer (DESIGN section 8).
+"""TrainingDashboard: the live dashboard of an nn.Trainer (docs/training.md).
 
     dash = widgets.TrainingDashboard(trainer)          # trains on digits, tests on its test split
     dash = widgets.TrainingDashboard(trainer, x_train, y_train, x_test, y_test, epochs=5)
