@@ -136,6 +136,16 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:          # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 1
+    try:
+        return _dispatch(args, parser)
+    except BrokenPipeError:            # `ipulab plan ... | head`: the reader has what it wanted
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())          # Python's last flush goes nowhere, quietly
+        return 1
+
+
+def _dispatch(args, parser) -> int:
+    """Run the command the arguments name; its exit code."""
     if args.command == "info":
         print(info_text())
         return 0

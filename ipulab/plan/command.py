@@ -15,6 +15,7 @@ import itertools
 import json
 import re
 import sys
+import textwrap
 
 from ..errors import PlanError
 from ..options import PRECISIONS
@@ -108,6 +109,9 @@ def _short(label: str) -> str:
     return re.sub(r"\[([\d,]+)\]", runs, label)
 
 
+TABLE_WIDTH = 200       # characters of a table line: a longer reason goes on under itself
+
+
 def table(found) -> str:
     """The estimates as a text table: mapping, a replica's batch (micro-batches x samples),
     fits, peak MiB per IPU, samples/s, reason (precision and optimizer: the heading's)."""
@@ -118,9 +122,13 @@ def table(found) -> str:
              f"{e.samples_per_second:,.1f}", e.reason) for e in found]
     head = ("mapping", "batch", "fits", "MiB/IPU", "samples/s", "why")
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
+    indent = sum(widths) + 2 * len(widths)          # where "why" starts; wrapped under it
     line = (lambda r: "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]),
                                  r[2].ljust(widths[2]), r[3].rjust(widths[3]),
-                                 r[4].rjust(widths[4]), r[5]]))
+                                 r[4].rjust(widths[4]),
+                                 ("\n" + " " * indent).join(
+                                     textwrap.wrap(r[5], max(TABLE_WIDTH - indent, 40))
+                                     or [""])]))
     return "\n".join([line(head), line(tuple("-" * w for w in widths) + ("---",))]
                      + [line(r) for r in rows])
 
@@ -148,7 +156,8 @@ def run(args, models: dict | None = None, report=None) -> int:
               f"{doc['optimizer']}, {doc['precision']}: "
               f"{sum(e.fits for e in found)} of {len(found)} mappings fit")
         print(table(found))
-        print("\n".join(f"- {a}" for a in doc["assumptions"]))
+        print("\n".join(textwrap.fill(a, 100, initial_indent="- ", subsequent_indent="  ")
+                        for a in doc["assumptions"]))
     if args.report and report is not None:
         report(doc, args.report)
         if not args.json:

@@ -16,10 +16,12 @@ notebook lives: a check knows its set from the question's id and a notebook's fi
 """
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
 import shutil
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,16 +75,29 @@ class Refresh:
     unchanged: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        """What `ipulab course workspace` prints, the workspace's folder last."""
-        out = [f"{verb} {len(names)} notebook(s): {', '.join(names)}" for verb, names in (
-            ("added", self.added), ("updated from the course", self.updated)) if names]
+        """What `ipulab course workspace` prints, the workspace's folder last; a long list of
+        names wrapped under its heading."""
+        out = [line for verb, names in (("added", self.added),
+                                        ("updated from the course", self.updated)) if names
+               for line in _listed(f"{verb} {len(names)} notebook(s)", names)]
         if self.kept:
-            out.append(f"kept {len(self.kept)} notebook(s) you changed (restore one with "
-                       f"`ipulab course workspace --reset FILE`): {', '.join(self.kept)}")
+            out += _listed(f"kept {len(self.kept)} notebook(s) you changed (restore one with "
+                           f"`ipulab course workspace --reset FILE`)", self.kept)
         if not (self.added or self.updated):
             out.append(f"up to date with the course ({len(self.unchanged) + len(self.kept)} "
                        f"notebook(s))")
         return out + [str(self.folder)]
+
+
+def _listed(heading: str, names: list[str], width: int = 100) -> list[str]:
+    """'heading: a, b' on one line if that is at most 160 characters, else the heading and
+    the names wrapped below it in lines of `width`, indented."""
+    line = f"{heading}: {', '.join(names)}"
+    if len(line) <= 160:
+        return [line]
+    return [f"{heading}:"] + textwrap.wrap(", ".join(names), width, initial_indent="  ",
+                                           subsequent_indent="  ", break_on_hyphens=False,
+                                           break_long_words=False)
 
 
 def _manifest_path(folder: Path) -> Path:
@@ -174,8 +189,11 @@ def _course_name(folder: Path, file: str, names: list[str]) -> str:
     if same:
         raise WorkspaceError(f"{file} is in {' and '.join(n.split('/')[0] + '/' for n in same)}"
                              f": say which, e.g. {same[-1]}")
-    raise WorkspaceError(f"{file} is not a notebook of the course; the course has "
-                         f"{', '.join(names)}")
+    near = difflib.get_close_matches(path.name, [n.split("/")[-1] for n in names], 1, 0.6)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise WorkspaceError(f"{file} is not a notebook of the course: {hint}the course has "
+                         f"{len(names)}, in {' and '.join(f + '/' for f in FOLDERS)} (e.g. "
+                         f"{names[-1]})")
 
 
 def reset(file: str, folder: Path | str | None = None, source: Path | str | None = None) -> Path:
