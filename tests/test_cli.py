@@ -42,6 +42,9 @@ def test_lab_opens_the_workspace(tmp_path, monkeypatch):
     the workspace's Jupyter config (no news toast) first on JUPYTER_CONFIG_PATH."""
     monkeypatch.setenv("IPULAB_WORKSPACE", str(tmp_path / "ws"))
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", "/elsewhere")
+    monkeypatch.setenv("DISPLAY", ":0")                # a desktop: the browser opens
+    for name in ("SSH_CONNECTION", "SSH_TTY"):
+        monkeypatch.delenv(name, raising=False)
     assert cli.lab_command()[3] == str(tmp_path / "ws")
     seen = []
     monkeypatch.setattr(cli, "_run", lambda cmd, env: seen.append((cmd, env)) or 0)

@@ -15,6 +15,7 @@ from ipulab.plan import command as plan_command
 from ipulab.vipu import command as vipu_command
 
 from . import course as course_command
+from . import lab as lab_setup
 from . import train as train_command_line
 from .output import report_problem, table
 from .parser import Parser
@@ -58,34 +59,44 @@ def _is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def lab_command(port: int | None = None, folder: Path | None = None) -> list[str]:
+def lab_command(port: int | None = None, folder: Path | None = None, ip: str | None = None,
+                browser: bool = True) -> list[str]:
     """The JupyterLab command line that `ipulab lab` runs on `folder` (default: the learner's
     workspace); built apart so tests need no server."""
     from ipulab.course.learner.workspace import default_dir
 
     cmd = [sys.executable, "-m", "jupyterlab", str(folder or default_dir())]
+    if ip is not None:
+        cmd.append(f"--ip={ip}")
+    if not browser:
+        cmd.append("--no-browser")
     if port is not None:
-        cmd.append(f"--port={port}")
+        cmd += ["--ServerApp.port_retries=0", f"--port={port}"]   # the port the URL names
     if _is_root():
         cmd.append("--allow-root")
     return cmd
 
 
-def lab_env(folder: Path) -> dict[str, str]:
+def lab_env(folder: Path, token: str | None = None) -> dict[str, str]:
     """The environment of `ipulab lab`: the workspace's Jupyter config (page_config.json without
-    the news and update toasts) first on JUPYTER_CONFIG_PATH, the user's own config after it."""
+    the news and update toasts) first on JUPYTER_CONFIG_PATH, the user's own config after it;
+    the token as $JUPYTER_TOKEN (not on the command line, where `ps` shows it)."""
     from ipulab.course.learner.workspace import write_lab_config
 
     config = str(write_lab_config(folder))
     rest = os.environ.get("JUPYTER_CONFIG_PATH")
-    return dict(os.environ, JUPYTER_CONFIG_PATH=os.pathsep.join([config, rest] if rest else
-                                                                [config]))
+    env = dict(os.environ, JUPYTER_CONFIG_PATH=os.pathsep.join([config, rest] if rest else
+                                                               [config]))
+    if token:
+        env["JUPYTER_TOKEN"] = token
+    return env
 
 
 def lab_main(args) -> int:
-    """`ipulab lab [DIR]`: JupyterLab on the learner's workspace (made first if it does not
-    exist yet; `ipulab course workspace` refreshes it), so running the course never edits
-    the checkout."""
+    """`ipulab lab [DIR] [--port N] [--ip ADDR] [--no-browser]`: JupyterLab on the learner's
+    workspace (made first if it does not exist yet; `ipulab course workspace` refreshes it),
+    so running the course never edits the checkout. The URL with its token is printed on a
+    line of its own first; no browser opens without a display or in an SSH session."""
     from ipulab.course.learner.workspace import default_dir, read_manifest, refresh
     from ipulab.errors import WorkspaceError
 
@@ -96,17 +107,31 @@ def lab_main(args) -> int:
     except WorkspaceError as e:
         print(f"ipulab lab: {e}", file=sys.stderr)
         return 2
-    return _run(lab_command(args.port, folder), lab_env(folder))
+    port = args.port if args.port is not None else (lab_setup.free_port(args.ip) or None)
+    why_not = "you asked (--no-browser)" if args.no_browser else \
+        lab_setup.no_browser_reason(os.environ)
+    key = lab_setup.token(os.environ)
+    if port is not None:
+        link = lab_setup.url(args.ip, port, key)
+        print("\n".join(lab_setup.banner(folder, link, port, why_not)), flush=True)
+    return _run(lab_command(port, folder, args.ip, why_not is None), lab_env(folder, key))
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    """Run a child in the foreground; Ctrl-C goes to it (Jupyter asks before it stops)."""
+    """Run a child in the foreground; Ctrl-C goes to it (Jupyter asks before it stops), and
+    SIGTERM too (a stopped `ipulab lab` leaves no server behind)."""
+    import signal
+
     proc = subprocess.Popen(cmd, env=env)
-    while True:
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            continue
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,7 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="open your workspace of the course in JupyterLab")
     lab.add_argument("folder", nargs="?", default=None, metavar="DIR",
                      help="the workspace (default: $IPULAB_WORKSPACE, else ~/ipulab-course)")
-    lab.add_argument("--port", type=int, default=None, help="port for the Jupyter server")
+    lab.add_argument("--port", type=int, default=None,
+                     help="port for the Jupyter server (default: the first free from 8888)")
+    lab.add_argument("--ip", default=None, metavar="ADDR",
+                     help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0: "
+                     "every address, e.g. a machine you reach without an SSH tunnel)")
+    lab.add_argument("--no-browser", action="store_true",
+                     help="open no browser (the default without a display or in an SSH "
+                     "session); open the URL printed first")
     train_command_line.add_parser(sub)
     plan_command.add_parser(sub)
     vipu_command.add_parser(sub)
