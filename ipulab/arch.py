@@ -1,6 +1,6 @@
 """Hardware presets and systems: plain data, each figure with its source.
 
-Sources (see shared/IPU_FACTS.md):
+Sources (docs/machine.md gives every figure with its source):
   [GC-IPU1]  Graphcore Mk1 Colossus GC2 datasheet; Jia et al., "Dissecting the Graphcore IPU
              Architecture via Microbenchmarking", 2019.
   [GC-IPU2]  Graphcore IPU-M2000 / GC200 product pages and datasheet, 2020.
@@ -9,6 +9,8 @@ Sources (see shared/IPU_FACTS.md):
              the clock derived from published IPUModel profiles.
   [POPTEST]  Poplar's own test harness: global sync 15 ns per hop x 2, hops = 1 + ipus/4;
              IPU-Links 128 Gbit/s per link at 85 % efficiency.
+  [GC-POD]   Graphcore IPU-POD datasheets and IPU-POD documentation (Pod sizes and
+             topology, machines' memory).
   [MODEL]    ipulab's modelling choice where nothing is published; the reason is given inline.
 """
 from __future__ import annotations
@@ -110,7 +112,7 @@ CHIPS = {c.name: c for c in (ipu1, ipu2, bow)}
 class CostModel:
     """Constants of the cycle model that no datasheet gives; each is a documented choice [MODEL]."""
 
-    # No published on-chip sync latency; IPU_FACTS suggests the order of 100-200 cycles.
+    # No published on-chip sync latency: a documented choice of the order of 100-200 cycles.
     sync_internal_cycles: int = 150
     # Fixed cost to start an exchange phase on a tile (exchange code setup, a few instructions).
     exchange_setup_cycles: int = 16
@@ -253,7 +255,7 @@ SYSTEMS = {
 
 
 # A Pod's machines: Bow-2000 with 256 GB of streaming memory [GC-BOW], M2000 with the 128 GB
-# it ships with [IPU_FACTS, Pods].
+# it ships with [GC-POD].
 POD_MACHINES = {"bow": ("Bow-2000", 256 * 10**9), "ipu2": ("IPU-M2000", 128 * 10**9)}
 POD_RACK = 64          # IPUs of a POD64 rack; bigger Pods are racks joined by GW-Links
 
@@ -261,7 +263,7 @@ POD_RACK = 64          # IPUs of a POD64 rack; bigger Pods are racks joined by G
 def pod(num_ipus: int, chip: Chip = bow) -> System:
     """A Pod of num_ipus IPUs (a power of two, 16 or more) built of 4-IPU machines of chip:
     a Pod16's 4 machines direct-attached (a ladder); from 32 IPUs a 2-D torus in each POD64
-    rack; Pod128 and Pod256 are 2 and 4 racks joined by GW-Links [IPU_FACTS, Pods]."""
+    rack; Pod128 and Pod256 are 2 and 4 racks joined by GW-Links [GC-POD]."""
     if chip.name not in POD_MACHINES:
         raise ValueError(f"Pods are built of Bow-2000s (bow) or IPU-M2000s (ipu2), not "
                          f"{chip.name}")
@@ -276,7 +278,7 @@ def pod(num_ipus: int, chip: Chip = bow) -> System:
                   ipus_per_rack=POD_RACK if num_ipus > POD_RACK else 0)
 
 
-# The Pods of the datasheets: powers of two from 16 to 256 IPUs [IPU_FACTS, Pods], of
+# The Pods of the datasheets: powers of two from 16 to 256 IPUs [GC-POD], of
 # Bow-2000s (podN) and of IPU-M2000s (m2000-podN). Bigger ones are built with pod(n).
 POD_SIZES = (16, 32, 64, 128, 256)
 SYSTEMS.update({s.name: s for chip in (bow, ipu2) for s in (pod(n, chip) for n in POD_SIZES)})

@@ -103,3 +103,15 @@ def test_a_reader_that_stops_early_gets_no_traceback():
                           "| head -1", shell=True, capture_output=True, text=True, timeout=300)
     assert proc.stdout.startswith("gpt3-175b") and proc.stdout.count("\n") == 1
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_the_package_cites_only_sources_a_user_has():
+    """Docstrings, help and messages cite the datasheets, papers and docs/ pages, never the
+    plan documents outside the repository (issue 44: "see shared/IPU_FACTS.md")."""
+    from pathlib import Path
+
+    package = Path(cli.__file__).resolve().parents[1]
+    cited = [f"{p.relative_to(package)}:{n}" for p in sorted(package.rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if "IPU_FACTS" in line or "shared/" in line]
+    assert cited == []

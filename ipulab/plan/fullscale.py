@@ -49,7 +49,7 @@ BYTES = {"fp16": 2, "fp32": 4}
 CODE_BYTES_PER_TILE = 64 * 1024
 # [MODEL] Sustained fraction of the AMP's peak. Compiled code reaches about a quarter of a
 # tile's SRAM bandwidth peak (Louw & McIntosh-Smith 2021, STREAM on Mk1: 7.3 of ~45 TB/s
-# optimised, 12.4 hand-written; IPU_FACTS), and a transformer's step is its matmuls fed from
+# optimised, 12.4 hand-written), and a transformer's step is its matmuls fed from
 # that SRAM with exchanges and syncs between them: we take the same quarter of peak FLOPs.
 EFFICIENCY = 0.25
 ASSUMPTIONS = (

@@ -7,7 +7,7 @@
     plan.describe_run(m)                      # 't 1 · p 4 [3,7,7,7] · r 4 · state off-chip'
 
 IPUs = t × p × r: t IPUs share each layer (tensor sharding, 1-D or 2-D t1 × t2), p pipeline
-stages of consecutive layers, r data-parallel replicas (IPU_FACTS, Large-model mapping).
+stages of consecutive layers, r data-parallel replicas (Graphcore, "Building Large Models on IPU", 2021).
 
 Three words for the batch, one meaning each: `micro_batch_size`, the samples of a
 micro-batch; `micro_batches`, the micro-batches of a step on a replica (gradient

@@ -3,10 +3,10 @@ transformer.py): BERT-Base, BERT-Large, GPT-3 2.7B and 175B, or any stack of ide
 layers.
 
     plan.transformer("mine", layers=4, hidden=256, heads=4, seq=128, vocab=1000)
-    plan.bert_large().parameters            # 335,141,888 (IPU_FACTS: "335.1 M")
+    plan.bert_large().parameters            # 335,141,888 (Devlin et al.: "340M")
 
 The embeddings and the tied head are the extra block of a preset's first stage ("embedding on
-IPU 0", IPU_FACTS, Large-model mapping).
+IPU 0", Graphcore's pretrain_large_128.json; docs/machine.md).
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def bert_base():
 def bert_large():
     """BERT-Large pretraining at sequence 128 as Graphcore's pretrain_large_128.json: 24
     layers, h 1024, 16 heads, 20 masked tokens predicted per sequence, micro-batch 8, global
-    batch 65,536 (IPU_FACTS: 335.1 M parameters, 12,596,224 per encoder layer)."""
+    batch 65,536 (335.1 M parameters, 12,596,224 per encoder layer; published as "340M")."""
     return transformer("bert-large", 24, 1024, 16, 128, 30522, positions=512, type_vocab=2,
                        pooler=True, predicted=20, micro_batch_size=8, global_batch=65536,
                        source="Devlin et al. 2019; graphcore/examples "
@@ -113,7 +113,7 @@ def gpt3_2_7b():
 
 def gpt3_175b():
     """GPT-3 175B (Brown et al. 2020): 96 layers, h 12,288, 96 heads, sequence 2048; as
-    Graphcore's PopXL config: micro-batch 1, global batch 128 (IPU_FACTS: 174.6 B parameters,
+    Graphcore's PopXL config: micro-batch 1, global batch 128 (174.6 B parameters,
     12h² + 13h per layer)."""
     return transformer("gpt3-175b", 96, 12288, 96, 2048, 50257, micro_batch_size=1,
                        global_batch=128,

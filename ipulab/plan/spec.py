@@ -1,6 +1,6 @@
 """ModelSpec: what the planner needs to know of a model, as its layers' costs.
 
-    plan.bert_large().parameters            # 335,141,888 (IPU_FACTS: "335.1 M")
+    plan.bert_large().parameters            # 335,141,888 (Devlin et al.: "340M")
     plan.spec_from_model(nn.default_cnn(), (1, 8, 8))   # any nn.Sequential
 
 A model is a sequence of blocks (cost classes, layers.py: a transformer's encoder layers, or

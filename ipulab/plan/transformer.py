@@ -11,7 +11,7 @@ attention, inside and after the feed-forward, the residual adds as maps), priced
 element as nn builds them (tokens.py's parts, ops.py).
 
 An encoder layer of hidden h, a heads, feed-forward f and sequence s has 4h² + 2hf + 9h + f
-parameters (12h² + 13h when f = 4h, IPU_FACTS) and forward FLOPs 2·s·(4h² + 2hf) + 4s²h
+parameters (12h² + 13h when f = 4h) and forward FLOPs 2·s·(4h² + 2hf) + 4s²h
 (Narayanan et al. 2021, eq. 1 with f = 4h). Its activations per sample are Korthikanti et al.
 2022's ("Reducing activation recomputation", fp16 bytes halved to elements): 17·s·h live with
 selective recompute, s·h kept at its input, and tensor sharding as Megatron does it

@@ -3,7 +3,7 @@
 A partition's size is a power of two and its IPUs must be joined by IPU-Links. Taking blocks
 aligned to their size gives exactly that on a Pod's machines of 4 IPUs: 2 IPUs share a
 machine, 4 are one machine, 8 are two neighbouring machines (IPU k of one linked to IPU k of
-the next), 16 a whole Pod16 [IPU_FACTS, Pods]. The lowest free block is taken first, so small
+the next), 16 a whole Pod16 [Graphcore IPU-POD datasheets]. The lowest free block is taken first, so small
 partitions pack at one end and leave large blocks whole at the other.
 """
 from __future__ import annotations

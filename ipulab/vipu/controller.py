@@ -7,7 +7,7 @@ partitions, kept in one SQLite file (state.py) so that every process of a class 
     p.device()                                   # a device of exactly those IPUs
     ctl.remove_partition("train")
 
-The rules are the V-IPU docs' [IPU_FACTS, Multi-tenancy]; each broken one raises its own
+The rules are the V-IPU docs' [Graphcore V-IPU user guide]; each broken one raises its own
 VipuError subclass (ipulab.errors) naming the rule, the request and what is free.
 """
 from __future__ import annotations

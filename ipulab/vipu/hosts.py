@@ -1,6 +1,6 @@
 """Disaggregated hosts (VMware Project Radium, IPU-over-Fabric): CPU servers reach the Pod's IPUs
 over the data-centre network (100 GbE RoCEv2), so the CPU:IPU ratio is chosen per workload
-[IPU_FACTS, Multi-tenancy]. A training job whose input pipeline needs more host CPU than it
+[Graphcore V-IPU user guide]. A training job whose input pipeline needs more host CPU than it
 has is host-bound: the IPUs wait for batches.
 
     pool = HostPool(hosts=1, cores_per_host=32, ipus=4)
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import VipuError
 
-# 100 GbE RoCEv2 per host, one direction [IPU_FACTS, Pods: "Host links: 100 GbE RoCEv2"].
+# 100 GbE RoCEv2 per host, one direction [Graphcore Bow Pod datasheets: "100 GbE RoCEv2"].
 ROCE_BYTES_PER_SECOND = 100e9 / 8
 
 # Host CPU seconds per sample, per core, of input pipelines with a published rate:
