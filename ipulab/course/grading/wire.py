@@ -296,7 +296,7 @@ def codelet_spec_of(cls, handles: Handles) -> dict:
             "fields": [(f.attr, type(f).__name__, f.kind, f.dtype.name, f.name)
                        for f in cls.fields],
             "globals": numbers, "fastmath": bool(getattr(cls, "fastmath", False)),
-            "estimate": (handles.add(cls.cycle_estimate) if "cycle_estimate" in vars(cls)
+            "estimate": (handles.add(cls.cycle_estimate) if hasattr(cls, "cycle_estimate")
                          else None)}
     handles.codelets[spec_digest(spec)] = cls
     return spec

@@ -121,8 +121,7 @@ def by_the_machine(graph) -> dict[str, Declared]:
                        for i in np.flatnonzero(fixed >= 0)]
     for group in st.vertices.groups:
         cls = group.codelet
-        trusted = now.trust_codelets and "cycle_estimate" in vars(cls)
-        if _own(cls) and hasattr(cls, "cycle_estimate") and not trusted:
+        if _own(cls) and hasattr(cls, "cycle_estimate") and not now.trust_codelets:
             graph.add_codelets(model_priced(cls))
             group.codelet = model_priced(cls)
             found.setdefault(cls.__name__, Declared(cls.__name__)).prices_itself = True
