@@ -106,6 +106,25 @@ def train_config(args):
         raise UsageError(str(e)) from None
 
 
+def lr_note(config, args) -> str | None:
+    """A note when the course run's SGD lr, tuned for its global batch (a Bow-2000's 4
+    replicas x 16), drives a smaller global batch without --lr: each step then moves as far
+    on fewer images, so the loss swings and the accuracy suffers (the README's one-IPU run).
+    It names the lr scaled to this batch (linear scaling, Goyal et al. 2017)."""
+    from ipulab.arch import SYSTEMS
+    from ipulab.nn import TrainConfig
+
+    course = TrainConfig.default_run()
+    reference = course.resolve(SYSTEMS[course.system]).global_batch_size
+    if args.lr is not None or getattr(args, "model", "cnn") != "cnn" or \
+            config.optimizer != "sgd" or config.global_batch_size >= reference:
+        return None
+    scaled = config.lr * config.global_batch_size / reference
+    return (f"note: lr {config.lr:g} is the course run's, for a global batch of {reference}; "
+            f"this run's is {config.global_batch_size}, so its steps are noisier (the loss "
+            f"swings, accuracy suffers): --lr {scaled:g} scales it to this batch")
+
+
 def _title(config, target, model: str = "cnn") -> str:
     pipeline = "" if config.pipeline is None else \
         f"pipeline stages at {list(config.pipeline)} with {config.micro_batches} micro-batches, "
@@ -207,6 +226,8 @@ def train_command(args) -> int:
         return 2
     title = _title(trainer.config, trainer.device.target, args.model)
     print(title)
+    if note := lr_note(trainer.config, args):
+        print(note)
     gpt = args.model == "transformer"
     trainer.fit(x_train, y_train, epochs=config.epochs, seed=config.seed,
                 callback=_progress_printer(config.epochs, "token accuracy" if gpt else
