@@ -142,3 +142,16 @@ def test_a_few_accounts_cannot_take_the_servers_capacity(shared_dir):
             done.set()
             for p in hogs:
                 p.join(30)
+
+
+@as_root
+def test_the_server_tells_clients_the_account_to_expect(shared_dir):
+    """In a folder another account owns, clients must name the server's account: the server
+    says how; in its own folder, a client needs no flag."""
+    folder = shared_dir / "theirs"
+    folder.mkdir()
+    os.chown(folder, MALLORY, MALLORY)
+    with serving(folder) as srv:
+        assert srv.client_flag() == " --server-user root"
+    with serving(shared_dir) as srv:
+        assert srv.client_flag() == ""

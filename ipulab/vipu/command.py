@@ -7,11 +7,13 @@
     ipulab vipu [--db PATH] [--user NAME] list partitions|allocations [--json]
     ipulab vipu [--db PATH] [--user NAME] show partition NAME [--json]
     ipulab vipu serve --socket PATH [--db PATH]          # a class: the state behind a server
-    ipulab vipu --server PATH ACTION ...                 # ... and its clients
+    ipulab vipu --server PATH [--server-user ACCOUNT] ACTION ...     # ... and its clients
 
 --db, --user and --server may come before or after the action. Local mode (no server) is for
 one person: the user name is a label, not an identity. With --server (or $IPULAB_VIPU_SERVER)
 the user is the account the kernel names; --user and $IPULAB_USER are ignored (with a note).
+A client talks only to a server of the account that owns the socket's folder, or of
+--server-user ($IPULAB_VIPU_SERVER_USER), as the kernel says; anything else is refused unsent.
 A refusal is one line on stderr naming the rule and exit code 1; a usage error exit code 2;
 never a traceback.
 """

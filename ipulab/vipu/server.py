@@ -84,6 +84,15 @@ class Server:
         self._threads: set[threading.Thread] = set()
         self.notes: list[str] = []                  # what open() had to say
 
+    def client_flag(self) -> str:
+        """' --server-user NAME' where clients must name this server's account (the socket's
+        folder is another's, e.g. /tmp: a client trusts its owner by default), else ''."""
+        try:
+            owner = os.stat(self.socket_path.parent).st_uid
+        except OSError:
+            return ""
+        return "" if owner == self.uid else f" --server-user {self.admin}"
+
     def __repr__(self) -> str:
         return f"Server({str(self.socket_path)!r}, db={str(self.db)!r}, admin={self.admin!r})"
 
@@ -422,9 +431,9 @@ def serve(socket_path, db=None, log=None) -> int:
         for note in server.notes:
             print(f"note: {note}", file=out, flush=True)
         print(f"V-IPU server: state {server.db} (0600, {server.admin}'s), socket "
-              f"{server.socket_path} (0666); administrator {server.admin}; clients: ipulab "
-              f"vipu --server {server.socket_path} ...; SIGTERM or Ctrl-C stops it", file=out,
-              flush=True)
+              f"{server.socket_path} (0666); administrator {server.admin}", file=out)
+        print(f"clients: ipulab vipu --server {server.socket_path}{server.client_flag()} ...; "
+              "SIGTERM or Ctrl-C stops the server", file=out, flush=True)
         server.serve_forever()
     finally:
         server.close()
