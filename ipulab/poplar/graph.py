@@ -49,6 +49,11 @@ class Graph:
     def get_replication_factor(self) -> int:
         return self._state.replication_factor
 
+    @property
+    def state(self) -> GraphState:
+        """All the graph holds, shared with its virtual graphs (the course's pricing reads it)."""
+        return self._state
+
     # --- tiles --------------------------------------------------------------------------------
     def _tile(self, tile) -> int:
         n = self._hi - self._lo

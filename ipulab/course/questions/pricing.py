@@ -74,7 +74,7 @@ def model_estimates(groups, before) -> list:
 def answering(args):
     """Around a call of the answer's code: the graphs among `args` leave it priced by the
     machine, and what the answer fixed on them is kept to be reported."""
-    states = list({id(a._state): a._state for a in args if isinstance(a, poplar.Graph)}.values())
+    states = list({id(a.state): a.state for a in args if isinstance(a, poplar.Graph)}.values())
     before = [[g.estimates.copy() for g in st.vertices.groups] for st in states]
     try:
         yield
@@ -113,7 +113,7 @@ def by_the_machine(graph) -> dict[str, Declared]:
     """Price graph's vertices by the machine before it is compiled: each of the answer's own
     codelets that prices itself, untrusted, is replaced by its model-priced copy. Returns what
     the answer declared, by codelet name (with what answering() took off its vertices)."""
-    now, st = current(), graph._state
+    now, st = current(), graph.state
     found: dict[str, Declared] = {}
     for name, first, tiles, fixed in now.declared.get(st, []):
         d = found.setdefault(name, Declared(name))
