@@ -23,10 +23,12 @@ def write_notebook(path, set_id: str | None = "ex01", **fake) -> Path:
     return path
 
 
-def grade(path, *, timeout: float = 600.0, set_id: str | None = None) -> SubmissionResult:
-    """The fake judge's result for one notebook."""
+def grade(path, *, timeout: float = 600.0, set_id: str | None = None,
+          content: bytes | None = None) -> SubmissionResult:
+    """The fake judge's result for one notebook: of content, the bytes discovery read, as the
+    judge grades them (the file only without them)."""
     try:
-        nb = json.loads(Path(path).read_text())
+        nb = json.loads(Path(path).read_bytes() if content is None else content)
     except ValueError as e:
         return SubmissionResult(None, {}, 0.01, f"not a notebook: {e}")
     fake = nb["metadata"].get("fake", {})

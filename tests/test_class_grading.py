@@ -32,11 +32,11 @@ def quiet(s, what):
 
 def counting(calls, stop_after=None):
     """The fake grader, noting each path it grades; Ctrl-C after `stop_after` of them."""
-    def grader(path, *, timeout):
+    def grader(path, *, timeout, content):
         if stop_after is not None and len(calls) == stop_after:
             raise KeyboardInterrupt
         calls.append(os.path.basename(os.path.dirname(path)) + "/" + os.path.basename(path))
-        return grade(path, timeout=timeout)
+        return grade(path, timeout=timeout, content=content)
     return grader
 
 
@@ -121,6 +121,25 @@ def test_links_and_special_files_are_refused_unread(klass, tmp_path):
     assert "not a regular file" in refused["alice", "pipe.ipynb"]["message"]
     assert [r["question"] for r in rows if r["notebook"] == "01_one_tile.ipynb" and
             r["student"] == "alice"] == EX01                  # told by its name, not read
+
+
+def test_a_notebook_swapped_after_discovery_is_graded_as_it_was_hashed(klass, tmp_path):
+    """Discovery reads each notebook once: bob's, replaced by a link to alice's full marks
+    once found, is graded (and hashed) as he handed it in; the link is refused next run."""
+    bob = klass / "bob" / "01_one_tile.ipynb"
+    handed_in = bob.read_bytes()
+    found = discover(klass)
+    bob.unlink()
+    bob.symlink_to(klass / "alice" / "01_one_tile.ipynb")
+    with Gradebook(tmp_path / "gb.sqlite") as book:
+        grade_class(found, book, grader=counting([]), workers=0, progress=quiet)
+        rows = [r for r in book.rows() if r["student"] == "bob"]
+        assert [r["status"] for r in rows] == ["passed"] * 2 + ["failed"] * 2
+        assert {r["content_hash"] for r in rows} == {hashlib.sha256(handed_in).hexdigest()}
+        again = run(klass, book)
+        rows = [r for r in book.rows() if r["student"] == "bob"]
+    assert again.refused == 1 and {r["status"] for r in rows} == {"tampered"}
+    assert "01_one_tile.ipynb is a symbolic link: refused, not read" in rows[0]["message"]
 
 
 # --- the gradebook: transactions, resuming -------------------------------------------------------

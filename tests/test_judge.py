@@ -16,8 +16,8 @@ import pytest
 import ipulab
 from ipulab.course.grading.watchdog import STATUSES, grade_submission
 
-from hostile_notebooks import (BIG_FRAME, END, FUNCTION_CHECK_CELL, NEVER_ENDS, QIDS, ROOT,
-                              notebook)
+from hostile_notebooks import (BIG_FRAME, END, FUNCTION_CHECK_CELL, NEVER_ENDS, PRICED_BY_ITSELF,
+                              QIDS, ROOT, notebook)
 
 
 def statuses(result) -> dict:
@@ -134,6 +134,15 @@ def test_a_small_frame_that_unpickles_into_gigabytes_is_refused(tmp_path):
     result = graded(notebook(tmp_path, "solutions", (3, BIG_FRAME)))
     assert set(statuses(result).values()) == {"tampered"}, result
     assert "bytearray" in result.questions["ex01.sum_squares"].message
+
+
+def test_a_frame_that_prices_sumvertex_in_the_judge_earns_nothing(tmp_path):
+    """Issue 38's exploit: BUILD on the judge's SumVertex is refused, naming it; the answer
+    does not pass, and the other answers keep their grades."""
+    result = graded(notebook(tmp_path, "solutions", (END, PRICED_BY_ITSELF)))
+    assert statuses(result) == {**dict.fromkeys(QIDS[:3], "passed"),
+                                "ex01.six_workers": "failed"}, result
+    assert "not the class SumVertex" in result.questions["ex01.six_workers"].message
 
 
 def test_a_huge_allocation_is_out_of_memory(tmp_path):
@@ -299,6 +308,21 @@ def test_a_malformed_notebook_fails_every_question_saying_why(tmp_path, what, co
     assert set(statuses(result).values()) <= {"failed", "not answered"}, result
     for v in result.questions.values():
         assert fragment in v.message and "judge" not in v.message, v.message
+
+
+def test_the_judge_grades_the_bytes_discovery_read_not_the_file(tmp_path):
+    """An unanswered notebook, swapped for a link to the solution after discovery read it:
+    the judge grades what was read; graded by path, the link is refused unread."""
+    from ipulab.course.grading.discovery import discover
+    path = notebook(tmp_path / "subs" / "eve", "exercises")
+    (found,) = discover(tmp_path / "subs")
+    path.unlink()
+    path.symlink_to(ROOT / "solutions" / "01_one_tile.ipynb")
+    result = grade_submission(found.path, timeout=90, content=found.content)
+    assert set(statuses(result).values()) == {"not answered"}, result
+    refused = graded(path)
+    assert set(statuses(refused).values()) == {"tampered"}, refused
+    assert "symbolic link: refused, not read" in refused.questions["ex01.sum_squares"].message
 
 
 def test_a_500_mb_notebook_is_refused_unread(tmp_path):

@@ -3,8 +3,10 @@ SUBMISSIONS/submitted/STUDENT/ASSIGNMENT/*.ipynb (SUBMISSIONS may be `submitted`
 
 Students are named by their folders; hidden files and folders (.ipynb_checkpoints) are skipped.
 Nothing outside SUBMISSIONS is read: symbolic links and special files are refused unread. A
-notebook's content is not trusted, only hashed; its set is read from its metadata or name, for
-naming only (the judge decides the set it grades). A name that is not UTF-8 is kept with its
+notebook is read once (read_once): its bytes are hashed and kept, and the judge grades those
+bytes, never the file again (which may have changed since: a link to a solution). Its content
+is not trusted; its set is read from its metadata or name, for naming only (the judge decides
+the set it grades). A name that is not UTF-8 is kept with its
 odd bytes written as \\xNN (text the gradebook, CSV and pages can hold).
 """
 from __future__ import annotations
@@ -14,13 +16,13 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ...errors import IpuLabError
 from ..questions.registry import set_for_notebook, sets
 
-META_BYTES = 64 * 2**20        # a notebook's metadata is read from files up to this size
+NOTEBOOK_BYTES = 64 * 2**20    # a notebook may be at most this big (a larger one is not read)
 FOLDER = "(folder)"            # the notebook key of a refused student folder
 
 
@@ -48,6 +50,15 @@ class FoundNotebook:
     content_hash: str              # sha256 of its bytes (of the refusal when refused)
     set_hint: str | None = None    # the set its metadata or name tells: for naming only
     refusal: Refusal | None = None
+    content: bytes | None = field(default=None, repr=False)   # the bytes hashed (None: refused)
+
+
+class Refused(Exception):
+    """A file that is not read as a notebook (read_once): refusal says why."""
+
+    def __init__(self, refusal: Refusal):
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 def students_folder(root: Path) -> Path:
@@ -127,29 +138,39 @@ def _refused(student: str, key: str, path: Path, refusal: Refusal) -> FoundNoteb
 
 
 def _inspect(student: str, key: str, path: Path, refusal: Refusal | None) -> FoundNotebook:
-    """The submission with its hash and set hint, read once (never through a link, never
-    blocking on a pipe); or refused."""
-    if refusal:
-        return _refused(student, key, path, refusal)
-    student, key = as_text(student), as_text(key)
-    digest, head = hashlib.sha256(), bytearray()
+    """The submission with its bytes, their hash and its set hint; or refused."""
+    try:
+        if refusal:
+            raise Refused(refusal)
+        content = read_once(path, key)
+    except Refused as r:
+        return _refused(student, key, path, r.refusal)
+    return FoundNotebook(as_text(student), as_text(key), path,
+                         hashlib.sha256(content).hexdigest(), set_hint_of(content, path.name),
+                         content=content)
+
+
+def read_once(path: Path, name: str) -> bytes:
+    """The bytes of the notebook at path (called name in messages), read once through a
+    descriptor that follows no link and never blocks on a pipe, from a regular file of at most
+    NOTEBOOK_BYTES; Refused says why it is not read."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         with open(os.open(path, flags), "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return _refused(student, key, path, Refusal(
-                    "tampered", f"{key} is not a regular file: refused, not read"))
-            for chunk in iter(lambda: f.read(2**20), b""):
-                digest.update(chunk)
-                if len(head) <= META_BYTES:
-                    head += chunk
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise Refused(Refusal("tampered", f"{name} is not a regular file: refused, "
+                                                  "not read"))
+            content = f.read(NOTEBOOK_BYTES + 1)
     except OSError as e:
-        why = (Refusal("tampered", f"{key} is a symbolic link: refused, not read")
-               if e.errno == errno.ELOOP else
-               Refusal("crashed", f"{key} cannot be read: {e.strerror}", retry=True))
-        return _refused(student, key, path, why)
-    return FoundNotebook(student, key, path, digest.hexdigest(),
-                         set_hint_of(bytes(head) if len(head) <= META_BYTES else None, path.name))
+        raise Refused(Refusal("tampered", f"{name} is a symbolic link: refused, not read")
+                      if e.errno == errno.ELOOP else
+                      Refusal("crashed", f"{name} cannot be read: {e.strerror}", retry=True)
+                      ) from None
+    if len(content) > NOTEBOOK_BYTES:
+        raise Refused(Refusal("failed", f"{name} is {info.st_size / 2**20:,.0f} MB; a notebook "
+                                        f"may be at most {NOTEBOOK_BYTES // 2**20} MB"))
+    return content
 
 
 def set_hint_of(content: bytes | None, name: str) -> str | None:

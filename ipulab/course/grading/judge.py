@@ -1,10 +1,12 @@
 """The judge process: grades one submitted notebook where the submission cannot reach the grade.
 
-    python -m ipulab.course.grading.judge NOTEBOOK --deadline T --result-fd FD --parent PID
-                                          [--set ID] [--skip QID]...
+    python -m ipulab.course.grading.judge NOTEBOOK --deadline T --result-fd FD --content-fd FD
+                                          --parent PID [--set ID] [--skip QID]...
 
-watchdog.py starts it and stops it. It reads the notebook as data (size-capped; a notebook that
-is not one gets a `failed` verdict for every question of its set, saying why), starts the
+watchdog.py starts it and stops it. It reads the notebook as data from --content-fd: the bytes
+discovery read and hashed, never the file NOTEBOOK again (NOTEBOOK names it, for its set). A
+notebook that is not one gets a `failed` verdict for every question of its set, saying why.
+It starts the
 submission's process in a sandbox without the question bank (sandbox.py, sandboxed/), sends
 it the code cells and receives what each check() was given (wire.py). Then it checks every
 answer with its own bank (questions/evaluate.py): data as data, codelets compiled here from
@@ -29,11 +31,11 @@ import time
 from pathlib import Path
 
 from ..questions.registry import questions, set_for_notebook, sets
+from .discovery import NOTEBOOK_BYTES as MAX_NOTEBOOK_BYTES
 from .sandbox import set_limit
 from .session import judge_answers
 from .watchdog import JUDGE_MEMORY      # (the judge of a set-10 solution peaks at 1.6 GB)
 
-MAX_NOTEBOOK_BYTES = 64 * 2**20
 PR_SET_PDEATHSIG = 1
 
 
@@ -41,16 +43,25 @@ class NotANotebook(Exception):
     """The file cannot be graded as a notebook: says why."""
 
 
-def read_notebook(path: Path) -> tuple[list[str], dict]:
-    """(code cells' sources, metadata) of an untrusted notebook file; NotANotebook says what
-    is wrong with one that cannot be graded (too big, not JSON, nested too deeply, cells or
-    sources of the wrong types)."""
-    size = path.stat().st_size
-    if size > MAX_NOTEBOOK_BYTES:
-        raise NotANotebook(f"the file is {size / 2**20:,.0f} MB; a notebook may be at most "
-                           f"{MAX_NOTEBOOK_BYTES // 2**20} MB")
+def held_content(fd: int) -> bytes:
+    """The notebook's bytes from the watchdog's descriptor (read from its start, whoever read
+    it before), which is then closed."""
     try:
-        nb = json.loads(path.read_bytes())
+        size = os.fstat(fd).st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            raise NotANotebook(f"the file is {size / 2**20:,.0f} MB; a notebook may be at most "
+                               f"{MAX_NOTEBOOK_BYTES // 2**20} MB")
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
+def read_notebook(content: bytes) -> tuple[list[str], dict]:
+    """(code cells' sources, metadata) of an untrusted notebook's bytes; NotANotebook says what
+    is wrong with one that cannot be graded (not JSON, nested too deeply, cells or sources of
+    the wrong types)."""
+    try:
+        nb = json.loads(content)
     except (ValueError, UnicodeDecodeError) as e:
         raise NotANotebook(f"the file is not a notebook (not JSON: {e})") from None
     except RecursionError:
@@ -112,6 +123,7 @@ def arguments(argv=None) -> argparse.Namespace:
     p.add_argument("--set")
     p.add_argument("--skip", action="append", default=[])
     p.add_argument("--result-fd", type=int, required=True)
+    p.add_argument("--content-fd", type=int, required=True, help="the notebook's bytes")
     return p.parse_args(argv)
 
 
@@ -121,7 +133,7 @@ def main(argv=None) -> None:
     out = os.fdopen(args.result_fd, "w")
     path = Path(args.path)
     try:
-        cells, meta = read_notebook(path)
+        cells, meta = read_notebook(held_content(args.content_fd))
         failure = ""
     except (NotANotebook, OSError) as e:
         cells, meta, failure = None, {}, str(e)

@@ -29,6 +29,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..questions.registry import questions, set_for_notebook
+from .discovery import Refused, read_once
+
 STATUSES = ("passed", "failed", "not answered", "timed out", "out of memory", "crashed",
             "tampered")
 JUDGE = "ipulab.course.grading.judge"
@@ -76,19 +79,51 @@ class JudgeRun:
             min(self.deadline, self.started + self.share)
 
 
-def grade_submission(path, *, timeout: float = 600.0,
-                     set_id: str | None = None) -> SubmissionResult:
-    """Grade one notebook, within about `timeout` seconds; never raises for a bad submission."""
+def grade_submission(path, *, timeout: float = 600.0, set_id: str | None = None,
+                     content: bytes | None = None) -> SubmissionResult:
+    """Grade one notebook, within about `timeout` seconds; never raises for a bad submission.
+    content: the notebook's bytes as discovery read them (the judge grades these, and path
+    only names the notebook); without it, the file is read once here, the same way."""
     start = time.monotonic()
     result, decided = SubmissionResult(None), {}
+    if content is None:
+        try:
+            content = read_once(Path(path), Path(path).name)
+        except Refused as r:
+            return _refused(Path(path), set_id, r.refusal.status, r.refusal.message)
+    with tempfile.TemporaryFile() as held:      # (no name: nothing else can open it)
+        held.write(content)
+        held.flush()
+        run = _run_judges(Path(path), (start, timeout), set_id, decided, result, held.fileno())
+    return _decided(result, decided, run, timeout, start)
+
+
+def _refused(path: Path, set_id: str | None, status: str, message: str) -> SubmissionResult:
+    """A notebook not read (a link, too big, ...): every question of its set (as told, else
+    by its name) has the refusal's status and message."""
+    found = set_id or getattr(set_for_notebook(path.name), "id", None)
+    return SubmissionResult(found, {q.id: Verdict(status, message) for q in questions(found)}
+                            if found else {}, 0.0, message)
+
+
+def _run_judges(path: Path, time_given: tuple, set_id, decided: dict, result,
+                content_fd: int) -> JudgeRun:
+    """Judges, one after the other, until the questions are decided or the time given
+    (start, seconds) is up; the last one's run."""
+    start, timeout = time_given
     while True:
-        run = _run_judge(Path(path), start + timeout, set_id, decided, result)
+        run = _run_judge(path, start + timeout, set_id, decided, result, content_fd)
         if run.checking is not None:
             decided[run.checking] = _ended_check(run, timeout)
         left = [q for q in result.questions if q not in decided]
         if run.done or run.checking is None or not left or \
                 run.deadline - time.monotonic() < MIN_RUN_SECONDS:
-            break
+            return run
+
+
+def _decided(result: SubmissionResult, decided: dict, run: JudgeRun, timeout: float,
+             start: float) -> SubmissionResult:
+    """The result, every question with a verdict (those left: timed out, or crashed)."""
     if result.set_id is None and not result.questions and not result.failure:
         result.failure = f"the judge could not grade this notebook ({run.error or 'no reason'})"
     out_of_time = run.stopped or run.deadline - time.monotonic() < MIN_RUN_SECONDS
@@ -114,22 +149,26 @@ def _ended_check(run: JudgeRun, timeout: float) -> Verdict:
     return Verdict("crashed", f"checking this answer stopped the judge ({run.error[:200]})")
 
 
-def _judge_command(path: Path, deadline: float, set_id, decided, fd: int) -> list[str]:
+def _judge_command(path: Path, deadline: float, set_id, decided, fd: int,
+                   content_fd: int) -> list[str]:
     return [sys.executable, "-m", JUDGE, str(path), "--deadline", repr(deadline),
-            "--result-fd", str(fd), "--parent", str(os.getpid())] + \
+            "--result-fd", str(fd), "--content-fd", str(content_fd),
+            "--parent", str(os.getpid())] + \
         (["--set", set_id] if set_id else []) + [a for q in decided for a in ("--skip", q)]
 
 
-def _run_judge(path: Path, deadline: float, set_id, decided: dict, result) -> JudgeRun:
-    """One judge process over the questions not yet decided, until it ends or is stopped."""
+def _run_judge(path: Path, deadline: float, set_id, decided: dict, result,
+               content_fd: int) -> JudgeRun:
+    """One judge process over the questions not yet decided, until it ends or is stopped; it
+    reads the notebook's bytes from content_fd."""
     read, write = os.pipe()
     env = dict(os.environ, IPULAB_CACHE_MIN_SECONDS="1e9", PYTHONHASHSEED="0")
     run = JudgeRun(deadline)
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(
-                _judge_command(path, deadline, set_id, decided, write),
-                pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                _judge_command(path, deadline, set_id, decided, write, content_fd),
+                pass_fds=(write, content_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=err, env=env, start_new_session=True)
         finally:
             os.close(write)
