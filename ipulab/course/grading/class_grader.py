@@ -1,7 +1,8 @@
 """`ipulab course grade SUBMISSIONS`: a class's notebooks graded into a gradebook, on dask.
 
-The notebooks are found by discovery.py. Each is one task for the judge (watchdog.py's
-grade_submission: one judge process, bounded), on a local dask cluster or a running scheduler;
+The notebooks are found by discovery.py, which reads each once. Each is one task for the judge
+(watchdog.py's grade_submission: one judge process, bounded), given the bytes discovery hashed
+(never the file again), on a local dask cluster or a running scheduler;
 this process alone writes the gradebook, as each task ends, so an interrupted run loses nothing
 graded and a rerun grades only what changed.
 """
@@ -17,8 +18,8 @@ from pathlib import Path
 from ...errors import IpuLabError, SandboxError
 from ..questions.registry import questions
 from .discovery import FoundNotebook, GradingError, discover
-from .gradebook import Gradebook, GradebookError, write_csv
-from .pages import write_feedback
+from .gradebook import Gradebook, GradebookError, check_private, write_csv
+from .pages import check_feedback, write_feedback
 from .sandbox import preflight
 from .watchdog import grade_submission
 
@@ -116,7 +117,7 @@ def in_process(grader, submissions: list[FoundNotebook], timeout: float):
     """(submission, result or exception), grading one notebook after the other here."""
     for s in submissions:
         try:
-            outcome = grader(str(s.path), timeout=timeout)
+            outcome = grader(str(s.path), timeout=timeout, content=s.content)
         except Exception as e:        # Ctrl-C (KeyboardInterrupt) goes through
             outcome = e
         yield s, outcome
@@ -130,8 +131,8 @@ def on_dask(grader, submissions: list[FoundNotebook], timeout: float, workers: i
     from distributed import KilledWorker, as_completed
 
     with dask_client(workers, scheduler) as client:
-        tasks = {client.submit(grader, str(s.path), timeout=timeout, pure=False, retries=2): s
-                 for s in submissions}
+        tasks = {client.submit(grader, str(s.path), timeout=timeout, content=s.content,
+                               pure=False, retries=2): s for s in submissions}
         for future, value in as_completed(tasks, with_results=True, raise_errors=False):
             if future.status == "cancelled":
                 raise GradingError(f"the dask scheduler cancelled the grading of "
@@ -248,17 +249,25 @@ def _options(timeout, workers) -> None:
                            f"not {workers!r}")
 
 
-def _exports(rows: list[dict], book_path: Path, csv_path, feedback) -> tuple[Path, Path, int]:
-    """Write the CSV (default: the gradebook's name with .csv) and the feedback pages
-    (default: feedback/ next to the CSV); returns where, and how many pages."""
+def outputs(book_path: Path, csv_path, feedback) -> tuple[Path, Path]:
+    """Where the CSV (default: the gradebook's name with .csv) and the feedback pages (default:
+    feedback/ next to the CSV) go, checked before grading: the grader's alone (check_private),
+    as the gradebook is."""
     csv_file = Path(csv_path) if csv_path else book_path.with_suffix(".csv")
     pages = Path(feedback) if feedback else csv_file.parent / "feedback"
+    check_private(csv_file, "the CSV")
+    check_feedback(pages)
+    return csv_file, pages
+
+
+def _exports(rows: list[dict], csv_file: Path, pages: Path) -> int:
+    """Write the CSV and the feedback pages; returns how many pages."""
     try:
         write_csv(rows, csv_file)
         written = write_feedback(rows, pages)
     except OSError as e:
         raise GradingError(f"cannot write {e.filename or csv_file}: {e.strerror or e}") from None
-    return csv_file, pages, len(written)
+    return len(written)
 
 
 def where_written(submissions, book: Path, csv_file: Path, pages: Path, count: int) -> str:
@@ -288,12 +297,13 @@ def main(submissions, *, gradebook=None, csv_path=None, feedback=None, timeout: 
         print(f"ipulab course grade: {printable(message)}", file=sys.stderr)
     try:
         _options(timeout, workers)
+        csv_file, pages = outputs(book_path, csv_path, feedback)
         found = discover(submissions, warn)
         with Gradebook(book_path) as book:
             run = grade_class(found, book, grader=grader, workers=workers,
                               scheduler=scheduler, timeout=timeout)
             rows = book.rows()
-        csv_file, pages, count = _exports(rows, book_path, csv_path, feedback)
+        count = _exports(rows, csv_file, pages)
     except (GradingError, GradebookError) as e:
         warn(str(e))
         return 2

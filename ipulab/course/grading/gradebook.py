@@ -13,6 +13,7 @@ import contextlib
 import csv
 import os
 import sqlite3
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,12 +61,47 @@ class GradebookError(IpuLabError):
     """The gradebook file cannot be used: not SQLite, not a gradebook, corrupt, read-only."""
 
 
+def check_private(path, what: str) -> None:
+    """Refuse (one line: GradebookError) an output of the grader's (`what`: 'the gradebook',
+    'the CSV', ...) that is not the grader's alone: in a folder anyone can write to (they could
+    plant or swap it), or there already as a link, owned by another account, or writable by
+    group or others (anyone could have forged it)."""
+    path = Path(path).absolute()
+    folder = path.parent
+    try:
+        mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        return                   # (made, 0700, by whoever writes there; or an OSError)
+    if mode & stat.S_IWOTH:
+        raise GradebookError(f"{what} {path} would be in {folder}, which anyone can write to "
+                             f"(mode {stat.S_IMODE(mode):04o}): put it in a folder only you "
+                             "can write to, or chmod o-w that folder")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise GradebookError(f"{what} {path} is a symbolic link: refused, not followed (move "
+                             "it away, or name the file itself)")
+    if info.st_uid != os.geteuid():
+        raise GradebookError(f"{what} {path} is owned by uid {info.st_uid}, not by you (uid "
+                             f"{os.geteuid()}): it may have been planted; move it away and "
+                             "grade again, or name another file")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise GradebookError(f"{what} {path} is writable by group or others (mode "
+                             f"{stat.S_IMODE(info.st_mode):04o}): anyone could have changed "
+                             "it; check it, then chmod go-w it, or move it away")
+
+
 class Gradebook:
     """An open gradebook (created if the file is missing or empty, readable by its owner only,
-    like the CSV and the pages). Use as a context manager, or call close()."""
+    like the CSV and the pages; refused if it, or its folder, is not the grader's alone:
+    check_private). Use as a context manager, or call close()."""
 
     def __init__(self, path):
         self.path = Path(path)
+        for suffix in ("", "-wal", "-shm", "-journal"):     # (what SQLite reads with it)
+            check_private(f"{self.path}{suffix}", "the gradebook")
         if self.path.is_dir():
             raise GradebookError(f"the gradebook {self.path} is a folder, not a file")
         try:                # SQLite gives its -wal and -shm files the database file's mode
@@ -223,10 +259,11 @@ def _cut(text) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " [...]"
 
 
-def atomic_write(path, write) -> Path:
+def atomic_write(path, write, what: str = "the CSV") -> Path:
     """Call write(file) on a temporary file next to `path` (mode 0600), then rename it into
-    place."""
+    place; refused (check_private) where the file is not the grader's alone."""
     path = Path(path)
+    check_private(path, what)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..questions.registry import get
-from .gradebook import atomic_write, passed_count
+from .gradebook import atomic_write, check_private, passed_count
 
 NAME_BYTES = 100           # of a page's file name, before its -hash and .html
 
@@ -91,15 +91,26 @@ def feedback_file_name(student: str, taken: set[str]) -> str:
     return short + ".html"
 
 
+def check_feedback(folder: Path) -> None:
+    """Refuse (check_private) a feedback folder, or a page in it, that is not the grader's
+    alone."""
+    check_private(folder, "the feedback folder")
+    if folder.is_dir():
+        for page in sorted(folder.glob("*.html")):
+            check_private(page, "the feedback page")
+
+
 def write_feedback(rows: list[dict], folder) -> list[Path]:
     """A feedback page per student in `folder` (made 0700 if new; pages 0600), named after the
-    student."""
+    student; refused where the folder or a page is not the grader's alone (check_private)."""
     folder = Path(folder)
+    check_feedback(folder)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     by_student: dict = {}
     for row in rows:
         by_student.setdefault(row["student"], []).append(row)
     taken: set[str] = set()
     return [atomic_write(folder / feedback_file_name(student, taken),
-                         lambda f, page=feedback_page(student, student_rows): f.write(page))
+                         lambda f, page=feedback_page(student, student_rows): f.write(page),
+                         "the feedback page")
             for student, student_rows in by_student.items()]
