@@ -46,18 +46,19 @@ BIG_FRAME = ("import os, pickle, struct, sys\nclass Big:\n    def __reduce__(sel
              "data = pickle.dumps(Big(), protocol=5)\n"
              "os.write(int(sys.argv[2]), struct.pack('<Q', len(data)) + data)")
 
-# issue 38: an answer to ex01.six_workers of one busy vertex (5.8x par), its frame prefixed
-# with pickle opcodes that BUILD on SumVertex, setting its cycle_estimate to a function of the
-# submission's that says 1 (it passed at 0.03x par)
-PRICED_BY_ITSELF = '''import sys
-relay, wire = check.__self__, sys.modules["ipulab.course.grading.wire"]
-def six_workers(g, x, partials):
+# issue 38: an answer to ex01.six_workers of one busy vertex (all of x but five elements: 5.8x
+# par), its frame prefixed with pickle opcodes that BUILD on SumVertex, setting its
+# cycle_estimate to a function of the submission's that says 1 (it passed at 0.03x par)
+NEARLY_ONE_VERTEX = '''def six_workers(g, x, partials):
     n = x.shape[0]
     cs = g.add_compute_set("one")
     g.add_vertex(cs, SumVertex, {"in": x[: n - 5], "out": partials[0]}, tile=0)
     for k in range(1, 6):
         g.add_vertex(cs, SumVertex, {"in": x[n - 6 + k: n - 5 + k], "out": partials[k]}, tile=0)
     return prog.Execute(cs)
+'''
+PRICED_BY_ITSELF = NEARLY_ONE_VERTEX + '''import sys
+relay, wire = check.__self__, sys.modules["ipulab.course.grading.wire"]
 answer = wire.submission_dumps(six_workers, relay.handles)
 cheap = relay.handles.add(lambda **sizes: 1)
 price = (b"cipulab.course.grading.wire\\nremote_function\\nK" + bytes([cheap]) +

@@ -11,6 +11,7 @@ import types
 
 import numpy as np
 import pytest
+from hostile_notebooks import NEARLY_ONE_VERTEX
 from test_judge_wire import Loopback
 
 from ipulab import poplar
@@ -172,14 +173,11 @@ def test_a_dtype_is_a_copy_and_old_protocols_are_refused():
 
 
 # --- the exploit of issue 38, over the wire ----------------------------------------------------
-def nearly_one_vertex(g, x, partials):
+def nearly_one_vertex():
     """All of x but five elements on one worker: every partial written, 5.8x par."""
-    n = x.shape[0]
-    cs = g.add_compute_set("one")
-    g.add_vertex(cs, SumVertex, {"in": x[: n - 5], "out": partials[0]}, tile=0)
-    for k in range(1, 6):
-        g.add_vertex(cs, SumVertex, {"in": x[n - 6 + k: n - 5 + k], "out": partials[k]}, tile=0)
-    return prog.Execute(cs)
+    defined = {"SumVertex": SumVertex, "prog": prog}
+    exec(NEARLY_ONE_VERTEX, defined)
+    return defined["six_workers"]
 
 
 def graded(data: bytes, handles: Handles) -> dict:
@@ -194,7 +192,7 @@ def graded(data: bytes, handles: Handles) -> dict:
 
 def test_a_frame_prefixed_to_price_sumvertex_is_refused_and_changes_nothing():
     handles = Handles()
-    answer = submission_dumps(nearly_one_vertex, handles)      # handle 0: the answer
+    answer = submission_dumps(nearly_one_vertex(), handles)      # handle 0: the answer
     cheap = handles.add(lambda **sizes: 1)                       # handle 1: the forged price
     prefix = glob("ipulab.course.codelets", "SumVertex") + pickle.NONE + \
         one_entry("cycle_estimate", evil_estimate(cheap)) + pickle.TUPLE2 + pickle.BUILD + pickle.POP
