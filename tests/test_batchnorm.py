@@ -1,0 +1,89 @@
+"""popnn's batch normalisation on simulated tiles against torch's BatchNorm2d: training-mode
+output and gradients, the running statistics' update, evaluation with running statistics,
+and the misuse errors."""
+import numpy as np
+import pytest
+import torch
+from nn_helpers import LAYOUTS, Lab
+
+import ipulab
+from ipulab import popnn
+from ipulab.errors import GraphError
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return ipulab.devices.ipu("bow", tiles_per_ipu=16)
+
+
+def _torch_bn(x, gamma, beta, dy, momentum=0.1):
+    kind = torch.nn.BatchNorm2d if x.ndim == 4 else torch.nn.BatchNorm1d
+    bn = kind(x.shape[1], momentum=momentum)
+    bn.weight.data, bn.bias.data = torch.tensor(gamma), torch.tensor(beta)
+    bn.running_mean.data = torch.linspace(-1, 1, x.shape[1])
+    bn.running_var.data = torch.linspace(0.5, 2, x.shape[1])
+    xt = torch.tensor(x, requires_grad=True)
+    yt = bn(xt)
+    yt.backward(torch.tensor(dy))
+    return bn, xt, yt
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (2, 8, 3, 4), (3, 2, 1, 1), (5, 4, 7)])
+@pytest.mark.parametrize("how", ["poplar", "chunks"])
+def test_training_forward_backward_and_running_update_match_torch(dev, shape, how):
+    rng = np.random.default_rng(sum(shape))
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+    gamma, beta = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(
+        np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    lab = Lab(dev)
+    tx, tg = lab.feed(x, how), lab.feed(gamma)
+    rm = lab.feed(np.linspace(-1, 1, c).astype(np.float32))
+    rv = lab.feed(np.linspace(0.5, 2, c).astype(np.float32))
+    mean, var = popnn.bn.batch_norm_statistics(lab.g, tx, lab.seq)
+    y, inv = popnn.batch_norm(lab.g, tx, tg, lab.feed(beta), mean, var, lab.seq, eps=1e-5)
+    dx, dg, db = popnn.batch_norm_gradients(lab.g, tx, lab.feed(dy, how, 1), mean, inv, tg,
+                                            lab.seq)
+    popnn.batch_norm_running_update(lab.g, rm, rv, mean, var, popnn.bn.count(tx), 0.1,
+                                    lab.seq)
+    lab.fetch(y=y, dx=dx, dg=dg, db=db, rm=rm, rv=rv)
+    out = lab.run()
+    bn, xt, yt = _torch_bn(x, gamma, beta, dy)
+    for got, want in ((out["y"], yt), (out["dx"], xt.grad), (out["dg"], bn.weight.grad),
+                      (out["db"], bn.bias.grad), (out["rm"], bn.running_mean),
+                      (out["rv"], bn.running_var)):
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=2e-5, atol=2e-5)
+
+
+def test_evaluation_uses_the_running_statistics_like_torch(dev):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4, 2, 2)).astype(np.float32)
+    gamma, beta = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(
+        np.float32)
+    rm, rv = rng.standard_normal(4).astype(np.float32), rng.uniform(0.5, 2, 4).astype(np.float32)
+    lab = Lab(dev)
+    y, _ = popnn.batch_norm(lab.g, lab.feed(x), lab.feed(gamma), lab.feed(beta), lab.feed(rm),
+                            lab.feed(rv), lab.seq)
+    lab.fetch(y=y)
+    bn = torch.nn.BatchNorm2d(4).eval()
+    bn.weight.data, bn.bias.data = torch.tensor(gamma), torch.tensor(beta)
+    bn.running_mean.data, bn.running_var.data = torch.tensor(rm), torch.tensor(rv)
+    np.testing.assert_allclose(lab.run()["y"], bn(torch.tensor(x)).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_misuse_is_a_clear_error_naming_the_tensor(dev):
+    lab = Lab(dev)
+    x = lab.feed(np.ones((2, 3, 2, 2), np.float32))
+    mean, var = popnn.bn.batch_norm_statistics(lab.g, x, lab.seq)
+    with pytest.raises(GraphError, match=r"'feed1' must be \[3\]"):
+        popnn.batch_norm(lab.g, x, lab.feed(np.ones(4, np.float32)), mean, mean, var, lab.seq)
+    with pytest.raises(GraphError, match="eps must be a positive number"):
+        popnn.batch_norm(lab.g, x, mean, mean, mean, var, lab.seq, eps=0)
+    with pytest.raises(GraphError, match="must be \\[N, C, ...\\]"):
+        popnn.bn.batch_norm_statistics(lab.g, lab.feed(np.ones(3, np.float32)), lab.seq)
+    with pytest.raises(GraphError, match="takes FLOAT or HALF"):
+        popnn.bn.batch_norm_statistics(lab.g, lab.feed(np.ones((2, 2), np.int32)), lab.seq)
+    with pytest.raises(GraphError, match="at least 2 values per channel"):
+        popnn.batch_norm_running_update(lab.g, mean, var, mean, var, 1, 0.1, lab.seq)
