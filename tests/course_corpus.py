@@ -641,7 +641,7 @@ wrong("ex09.schedule", OFF_BY_ONE, "no bubble: M slots a phase", "forward phase 
 
 
 @wrong("ex09.schedule", API_MISUSE, "waiting stages mapped to None",
-       "['forward'][0] maps stage(s) [1] to None", "leave out the stages that wait")
+       "['forward'][0] maps stage(s) [1, 2, 3] to None", "leave out the stages that wait")
 def schedule_with_none(S, M):
     T = range(M + S - 1)
     return {phase: [{s: (t - s if 0 <= t - s < M else None) for s in range(S)} for t in T]
@@ -862,6 +862,9 @@ wrong("ex12.fastest", API_MISUSE, "a bigger global batch", "a global batch of 64
 wrong("ex12.fastest", API_MISUSE, "more heads' shards than heads",
       "could not be trained", "splits the attention heads over t1 = 8 IPUs")(
     {"replicas": 2, "batch_size": 8, "tensor_parallel": 8})
+wrong("ex12.fastest", API_MISUSE, "t 4 with 8 replicas: 32 IPUs",
+      "t · p · r = 4 · 1 · 8 = 32 IPUs, but the Pod16 has 16", "Use fewer replicas")(
+    {"replicas": 8, "batch_size": 2, "tensor_parallel": 4, "rts": True, "precision": "fp16"})
 
 
 # --- declared costs (issue 39): the learner's check prices them as the class grade does ---------

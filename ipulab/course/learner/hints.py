@@ -7,21 +7,20 @@ from ..questions.registry import get
 from .record import record_hint
 
 
-def hint(question_id: str, level: int = 1) -> str:
-    """Print hint `level` (1 = a nudge … last = nearly the answer) for a question."""
+def hint(question_id: str, level: int = 1) -> None:
+    """Print hint `level` (1 = a nudge … last = nearly the answer) for a question. It returns
+    nothing: a returned text would show a second time as the cell's value in Jupyter."""
     try:
         q = get(question_id)
     except KeyError as e:
         print(str(e).strip("'\""))
-        return ""
+        return
     n = len(q.hints)
     level = max(1, min(int(level), n))
     record_hint(question_id, level)
     more = (f"  (hint({question_id!r}, {level + 1}) for more)" if level < n
             else "  (that was the last hint)")
-    text = f"Hint {level}/{n} for {question_id} — {q.title}:\n  {q.hints[level - 1]}\n{more}"
-    print(text)
-    return q.hints[level - 1]
+    print(f"Hint {level}/{n} for {question_id} — {q.title}:\n  {q.hints[level - 1]}\n{more}")
 
 
 def hint_button(question_id: str):

@@ -6,9 +6,9 @@ from .... import poplar
 from ....poplar import program as prog
 from ...codelets import SumVertex
 from ..messages import Fail, short
-from ..kit import (Kit, call, compare, exchange_note, grade_par, predicted, require_codelet,
-                       sentinel_like)
+from ..kit import Kit, call, exchange_note, grade_par, predicted, require_codelet
 from ..registry import Par, exercise_set, question
+from .outputs import SENTINEL, compare_filled, filled
 
 exercise_set("ex04", "04_poplar_graph_api.ipynb", "The Poplar graph API",
              "Map tensors, predict an implicit exchange, fix a codelet, stream data through a "
@@ -124,14 +124,14 @@ def _fix_cumsum(cls):
     kit.compile(prog.Execute(cs))
     for _ in range(2):
         values = rng.integers(-9, 10, n).astype(np.float32)
-        got = kit.run(x=values, out=sentinel_like(n))["out"]
+        got = kit.run(x=values, out=filled(n))["out"]
         want = np.concatenate([np.cumsum(values[bounds[k]:bounds[k + 1]])
                                for k in range(len(lengths))])
         def vector(i):
             k = int(np.searchsorted(bounds, i, "right")) - 1
             return f" (its vector: in = {short(values[bounds[k]:bounds[k + 1]])})"
 
-        compare(kit, "out", got, want, exact=True, initial=sentinel_like(n), context=vector)
+        compare_filled(kit, "out", got, want, exact=True, context=vector)
     return "fixed: correct for vectors of 1 to 16 elements, with bounds checking on"
 
 
@@ -162,16 +162,16 @@ def _stream_double(build):
         s_out = kit.g.add_device_to_host_fifo("out", poplar.FLOAT, 4)
         kit.compile(call(build, kit.g, s_in, s_out, times, what="stream_double(g, s_in, s_out, times)"))
         host_in = rng.integers(-50, 50, n_in).astype(np.float32)
-        host_out = sentinel_like(4 * times)
+        host_out = filled(4 * times)
         kit.engine.connect_stream("in", host_in)
         kit.engine.connect_stream("out", host_out)
         kit.run()
         want = 2 * host_in[np.arange(4 * times) % n_in]
-        written = int((host_out != sentinel_like(4 * times)).sum())
-        if written < 4 * times and (host_out[written:] == sentinel_like(1)).all():
+        written = int((host_out != SENTINEL).sum())
+        if written < 4 * times and (host_out[written:] == SENTINEL).all():
             raise Fail(f"with times = {times}, only {written} of {4 * times} values came out of "
                        f"s_out: the loop streamed out {written // 4} time(s), expected {times}")
-        compare(None, "host_out", host_out, want, exact=True,
+        compare_filled(None, "host_out", host_out, want, exact=True,
                 case=f" (times = {times}, host input {short(host_in)}; out[k] must be "
                      f"2 × in[k % {n_in}])")
     return "correct: values stream in, double and stream out, wrapping around the host array"
@@ -209,8 +209,8 @@ def _matvec(build):
     for _ in range(2):
         a_host = rng.uniform(-1, 1, (MATVEC_ROWS, MATVEC_COLS)).astype(np.float32)
         x_host = rng.uniform(-1, 1, MATVEC_COLS).astype(np.float32)
-        got = kit.run(A=a_host, x=x_host, y=sentinel_like(MATVEC_ROWS))["y"]
-        compare(kit, "y", got, a_host.astype(np.float64) @ x_host, rtol=1e-4, atol=1e-5,
-                initial=sentinel_like(MATVEC_ROWS))
+        got = kit.run(A=a_host, x=x_host, y=filled(MATVEC_ROWS))["y"]
+        compare_filled(kit, "y", got, a_host.astype(np.float64) @ x_host, rtol=1e-4,
+                       atol=1e-5)
     report = grade_par(kit.profile, MATVEC_PAR, exchange_note(kit, ignore=('x',)))
     return f"correct; {report.text}", {"cycles": report.cycles}

@@ -5,8 +5,9 @@ from .... import poplar
 from ....poplar import program as prog
 from ...codelets import RowDot, SumVertex
 from ..messages import Fail
-from ..kit import Kit, call, compare, grade_par, predicted, sentinel_like
+from ..kit import Kit, call, grade_par, predicted
 from ..registry import Par, exercise_set, question
+from .outputs import compare_filled, filled
 
 exercise_set("ex05", "05_profiling.ipynb", "Profiling",
              "Find the fullest tile and the slowest phase from a profile, predict how busy the "
@@ -251,10 +252,10 @@ def _balance(tile_rows):
             kit.g.add_vertex(cs, RowDot, {"a": row, "x": x, "y": y[i]}, tile=t)
         l_host = rng.standard_normal(int(offsets[-1])).astype(np.float32)
         x_host = rng.standard_normal(cols).astype(np.float32)
-        got = kit.run(prog.Execute(cs), L=l_host, x=x_host, y=sentinel_like(rows))["y"]
+        got = kit.run(prog.Execute(cs), L=l_host, x=x_host, y=filled(rows))["y"]
         want = np.array([l_host[offsets[i]:offsets[i + 1]].astype(np.float64)
                          @ x_host[:lengths[i]] for i in range(rows)])
-        compare(kit, "y", got, want, rtol=1e-4, atol=1e-4)
+        compare_filled(kit, "y", got, want, rtol=1e-4, atol=1e-4)
         if tiles == FOLD_TILES:
             compute = kit.profile.compute_cycles
             work = np.array([sum(10 + 2 * lengths[i] for i in range(rows) if owner[i] == t)

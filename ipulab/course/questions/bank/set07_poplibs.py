@@ -7,6 +7,7 @@ from ....poplar import program as prog
 from ..messages import Fail
 from ..kit import Kit, call, compare, exchange_note, grade_par, predicted
 from ..registry import Par, exercise_set, question
+from .outputs import compare_filled, filled
 
 exercise_set("ex07", "07_popLibs_ops_and_conv.ipynb", "PopLibs operations",
              "One fused expression, a reduction, the arithmetic of a convolution, and operands "
@@ -27,6 +28,7 @@ def _result(kit, name, t, shape):
         raise Fail(f"the result has shape {list(t.shape)}, expected {list(shape)}")
     kit.tensors[name] = t
     kit.reads.append(name)
+    kit.write(name, filled(shape))          # before every run: a value no right answer leaves
 
 
 # --- 1 ---------------------------------------------------------------------------------------
@@ -56,8 +58,8 @@ def _fused(build):
         xv, wv = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
         bv = rng.standard_normal(cols).astype(np.float32)
         got = kit.run(seq, x=xv, w=wv, b=bv)["y"]
-        compare(kit, "y", got, np.maximum(xv.astype(np.float64) * wv + bv, 0), rtol=1e-5,
-                atol=1e-6, case=f" (shape {rows} × {cols})")
+        compare_filled(kit, "y", got, np.maximum(xv.astype(np.float64) * wv + bv, 0), rtol=1e-5,
+                       atol=1e-6, case=f" (shape {rows} × {cols})")
         names = [s.name for s in kit.profile.steps]
         if len(names) != 1:
             raise Fail(f"correct, but your program runs {len(names)} compute sets ({names}): "
@@ -93,8 +95,8 @@ def _row_norms(build):
         _result(kit, "n", n, (rows,))
         xv = rng.standard_normal((rows, cols)).astype(np.float32)
         got = kit.run(seq, x=xv)["n"]
-        compare(kit, "n", got, np.sqrt((xv.astype(np.float64) ** 2).sum(axis=1)), rtol=1e-5,
-                atol=1e-6, case=f" (shape {rows} × {cols})")
+        compare_filled(kit, "n", got, np.sqrt((xv.astype(np.float64) ** 2).sum(axis=1)),
+                       rtol=1e-5, atol=1e-6, case=f" (shape {rows} × {cols})")
     return "correct for both shapes"
 
 

@@ -460,12 +460,23 @@ def _as_schedule(answer, S, M) -> dict:
                    f"got {answer!r:.120}")
     out = {}
     for phase, slots in answer.items():
+        _no_waiting_stages(phase, slots, S, M)
         try:
             out[phase] = [{int(s): int(m) for s, m in dict(slot).items()} for slot in slots]
         except (TypeError, ValueError):
             raise Fail(f"schedule({S}, {M})['{phase}'] should be a list with one dict "
                        "{stage: micro-batch} per slot") from None
     return out
+
+
+def _no_waiting_stages(phase, slots, S, M) -> None:
+    """Fail, saying so, when a slot maps a stage to None (a stage that waits is left out)."""
+    for t, slot in enumerate(slots if isinstance(slots, (list, tuple)) else ()):
+        waiting = [s for s, m in (slot.items() if isinstance(slot, dict) else ()) if m is None]
+        if waiting:
+            raise Fail(f"schedule({S}, {M})['{phase}'][{t}] maps stage(s) {waiting} to None: "
+                       "leave out the stages that wait — a slot's dict holds only the stages "
+                       "that work in it, each with its micro-batch.")
 
 
 @question(
@@ -476,8 +487,12 @@ A model cut into **S** stages (stage s on IPU s) trains a batch as **M** micro-b
 sequence of time slots; in a slot every working stage processes one micro-batch. Write
 `schedule(S, M)` returning `{"forward": [...], "backward": [...]}`: for each phase, one dict per
 slot, in order, mapping each stage that works in that slot to its micro-batch (both counted
-from 0; stages that wait are left out). The check trains pipelines of 2, 3 and 4 stages and reads the schedule the
-simulator ran from the profile (steps named `pipeline forward <slot>/…`) and the graph.
+from 0; stages that wait are left out of the dict, not mapped to `None`). The forward pass runs
+from stage 0 to stage S − 1, micro-batch 0 first; the **backward pass runs in reverse**: it
+starts at the last stage, where the loss is, and takes the micro-batches in reverse order (the
+last to finish its forward pass goes back first), the gradients travelling back to stage 0.
+The check trains pipelines of 2, 3 and 4 stages and reads the schedule the simulator ran from
+the profile (steps named `pipeline forward <slot>/…`) and the graph.
 """,
     hints=[
         "Forward: a micro-batch goes through stage 0, then stage 1, …, one slot each, and "

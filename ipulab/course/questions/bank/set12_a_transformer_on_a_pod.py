@@ -15,8 +15,9 @@ from ....errors import IpuLabError, TileMemoryError
 from ....poplar import program as prog
 from ..messages import Fail, short
 from ..kit import (Kit, call, compare, device, grade_par, number, require_codelet,
-                   sentinel_like, training_config)
+                   training_config)
 from ..registry import Par, exercise_set, question
+from .outputs import compare_filled, filled
 
 exercise_set("ex12", "12_a_transformer_on_a_pod.ipynb", "A transformer on a Pod",
              "A causal softmax codelet, the heads of Q, K and V as views, the IPU-Link bytes of "
@@ -74,7 +75,7 @@ def _causal_softmax_check(cls):
             kit.g.add_vertex(cs, cls, {"x": scores[r, :i + 1], "out": probs[r]},
                              tile=r // per_tile)
         x = (size * rng.standard_normal((rows, s))).astype(np.float32)
-        initial = sentinel_like((rows, s))
+        initial = filled((rows, s))
         got = kit.run(prog.Execute(cs), scores=x, out=initial)["out"]
         case = f" (squares of {s} × {s}, scores up to {np.abs(x).max():.0f})"
         if not np.isfinite(got).all():
@@ -94,8 +95,8 @@ def _causal_softmax_check(cls):
             left = (" and your codelet never wrote it (it holds the initial -7777.0)"
                     if got[r, j] == initial[r, j] else "")
             return f"; column {j} > row position {r % s}: a masked column, its weight is 0{left}"
-        compare(kit, "out", got, _causal_softmax(x), rtol=1e-5, atol=1e-6, case=case,
-                initial=initial, context=locate)
+        compare_filled(kit, "out", got, _causal_softmax(x), rtol=1e-5, atol=1e-6, case=case,
+                       context=locate)
     return ("correct: every row's weights sum to 1 over the visible columns, the masked ones "
             "are 0, and no exp overflows")
 
@@ -284,6 +285,17 @@ def _diagnose(cfg) -> str:
     return "".join(f"\n  · {n}" for n in notes)
 
 
+def _too_many_ipus(cfg) -> str:
+    """'t · p · r = 4 · 1 · 8 = 32 IPUs, but ...' when the replicas' IPUs exceed the Pod16's."""
+    t, p, r = cfg.tensor_parallel_ipus, cfg.num_stages, cfg.replicas or 1
+    if t * p * r <= 16:
+        return ""
+    return (f"t · p · r = {t} · {p} · {r} = {t * p * r} IPUs, but the Pod16 has 16: each of the "
+            f"{r} replicas gets {16 // r} IPU(s), and tensor_parallel = {t} with {p} pipeline "
+            f"stage(s) needs {t * p}. Use fewer replicas (with a bigger batch_size: replicas × "
+            f"batch_size = {FAST_BATCH}) or a smaller t.")
+
+
 @question(
     "ex12.fastest", title="Performance: the fastest training step of the small GPT on a Pod16",
     kind="performance",
@@ -317,7 +329,7 @@ def _fastest(config):
     except TileMemoryError as e:
         raise Fail(f"your configuration does not fit in tile memory: {e}") from None
     except IpuLabError as e:
-        raise Fail(f"your configuration could not be trained: {e}") from None
+        raise Fail(f"your configuration could not be trained: {_too_many_ipus(cfg) or e}") from None
     profile = t.profile()
     report = grade_par(profile, FAST_PAR, _diagnose(cfg))
     return (f"correct; {report.text}: {FAST_BATCH * profile.clock_hz / report.cycles:,.0f} "
