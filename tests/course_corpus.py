@@ -418,16 +418,9 @@ wrong("ex06.split_matvec", REDUCTION_ORDER, "sums before the dots",
     lambda g, A, x, y, s: _split(g, A, x, y, s, reverse=True))
 
 
-@wrong("ex06.split_matvec", MISCONCEPTION, "ignores s: whole rows, no partial sums",
-      "s = 2: the product is right, but your graph has 16 Dot vertices", "makes 32")
-def split_ignores_s(g, A, x, y, s):
-    tiles, rows = g.target.num_tiles, A.shape[0]
-    cs = g.add_compute_set("rows")
-    for i in range(rows):
-        g.set_tile_mapping(A[i], i * tiles // rows)
-        g.set_tile_mapping(y[i], i * tiles // rows)
-        g.add_vertex(cs, Dot, {"a": A[i], "x": x, "out": y[i]}, tile=i * tiles // rows)
-    return prog.Execute(cs)
+wrong("ex06.split_matvec", MISCONCEPTION, "ignores s: whole rows, no partial sums",
+      "s = 2: the product is right, but your graph has 16 Dot vertices", "makes 32")(
+    lambda g, A, x, y, s: _matvec(g, A, x, y))              # ex04's one Dot per row
 
 
 @wrong("ex06.split_matvec", RACE, "the sums in the dots' compute set",
