@@ -293,6 +293,13 @@ def test_a_training_configuration_that_overflows_is_explained():
                      what="your configuration ", batch_size=512)
 
 
+def test_best_split_par_is_the_fastest_split_the_checker_builds():
+    """ex06.best_split's statement promises its par is the fastest s of split_matvec's graph."""
+    from ipulab.course.questions.bank import set06_matmul
+    assert set06_matmul.fastest_split() == set06_matmul.BEST_PAR.cycles == \
+        registry.get("ex06.best_split").par.cycles
+
+
 def test_percentages_are_graded_within_half_a_point():
     assert check("ex05.busy_percent", 75.2) is True
     assert check("ex05.busy_percent", 74) is False
