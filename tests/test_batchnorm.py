@@ -87,3 +87,77 @@ def test_misuse_is_a_clear_error_naming_the_tensor(dev):
         popnn.bn.batch_norm_statistics(lab.g, lab.feed(np.ones((2, 2), np.int32)), lab.seq)
     with pytest.raises(GraphError, match="at least 2 values per channel"):
         popnn.batch_norm_running_update(lab.g, mean, var, mean, var, 1, 0.1, lab.seq)
+
+
+# --- the layer, trained by the Trainer --------------------------------------------------------
+def _bn_net():
+    from ipulab import nn
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4),
+                         nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5))
+
+
+def _torch_twin(weights):
+    t = torch.nn
+    net = t.Sequential(t.Conv2d(3, 4, 3, padding=1, bias=False), t.BatchNorm2d(4), t.ReLU(),
+                       t.AdaptiveAvgPool2d(1), t.Flatten(), t.Linear(4, 5))
+    net.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
+    return net
+
+
+def _sgd_steps(net, x, y, steps, batch, lr=0.1, momentum=0.9):
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(
+            net(torch.tensor(x[s * batch:(s + 1) * batch])),
+            torch.tensor(y[s * batch:(s + 1) * batch], dtype=torch.long))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_batchnorm2d_trains_equal_to_torch_running_statistics_included(dev):
+    from ipulab import nn
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20, 3, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 5, 20).astype(np.int32)
+    ours = _bn_net()
+    ours.reset_parameters(3)
+    weights = ours.state_dict()
+    weights["1.weight"] = rng.uniform(0.5, 1.5, 4).astype(np.float32)   # not just ones
+    assert list(weights) == list(_torch_twin(weights).state_dict())
+    theirs = _torch_twin(weights)
+    tr = nn.Trainer(ours, dev, batch_size=4, lr=0.1, momentum=0.9)
+    tr.set_weights(weights)
+    history = tr.fit(x, y, shuffle=False)
+    np.testing.assert_allclose(history["loss"], _sgd_steps(theirs, x, y, 5, 4), rtol=2e-5)
+    got = tr.get_weights()
+    assert list(got) == list(theirs.state_dict())
+    for key, want in theirs.state_dict().items():
+        np.testing.assert_allclose(got[key], want.numpy(), rtol=1e-4, atol=2e-5, err_msg=key)
+    assert got["1.num_batches_tracked"] == 5
+    theirs.eval()          # evaluation normalises with the running statistics
+    logits = theirs(torch.tensor(x[:8]))
+    assert np.array_equal(tr.predict(x[:8]), logits.argmax(1).numpy())
+    want_loss = torch.nn.functional.cross_entropy(logits, torch.tensor(y[:8], dtype=torch.long))
+    assert tr.evaluate(x[:8], y[:8]).loss == pytest.approx(want_loss.item(), rel=1e-5)
+
+
+def test_batchnorm2d_misuse_names_the_layer(dev):
+    from ipulab import nn
+    with pytest.raises(GraphError, match=r"layer 1: BatchNorm2d\(5.*takes samples of shape "
+                                         r"\(channels=5"):
+        nn.Trainer(nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(5), nn.Flatten(),
+                                 nn.Linear(4, 2)), dev, batch_size=2).fit(
+            np.zeros((2, 3, 2, 2), np.float32), np.zeros(2, np.int32))
+    one = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4, 2))
+    with pytest.raises(GraphError, match=r"layer 1 \(BatchNorm2d\(4.*more than 1 value per "
+                                         r"channel.*not 1"):
+        nn.Trainer(one, dev, batch_size=1).fit(np.zeros((2, 3, 1, 1), np.float32),
+                                               np.zeros(2, np.int32))
+    with pytest.raises(GraphError, match="momentum must be a number in"):
+        nn.BatchNorm2d(4, momentum=2)
+    with pytest.raises(GraphError, match="AdaptiveAvgPool2d.*at least 1x1"):
+        nn.Sequential(nn.AdaptiveAvgPool2d(1)).shapes((3, 0, 2))

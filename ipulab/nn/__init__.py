@@ -17,6 +17,7 @@
 Every number (activations, loss, gradients, updates) is computed by codelets on simulated
 tiles through poplin, popops, popnn and poprand; weights are numpy arrays in PyTorch layout.
 """
+from .batchnorm import AdaptiveAvgPool2d, BatchNorm2d
 from .build import all_reduce_gradients
 from .config import OPTIMIZERS, PRECISIONS, TrainConfig
 from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
@@ -26,7 +27,7 @@ from .trainer import Evaluation, Trainer
 from .transformer import (GELU, Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
                           TransformerEncoderLayer)
 
-__all__ = ["AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
+__all__ = ["AdaptiveAvgPool2d", "BatchNorm2d", "AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
            "Embedding", "PositionalEmbedding", "LayerNorm", "GELU", "MultiheadAttention",
            "TransformerEncoderLayer", "Sequential", "default_cnn", "small_gpt", "SGD", "Adam",
            "AdamW", "LAMB", "Trainer", "TrainConfig", "PRECISIONS", "OPTIMIZERS", "Evaluation",

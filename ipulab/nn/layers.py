@@ -57,11 +57,23 @@ class Layer:
     that takes integer token ids (nn.Embedding) sets takes_tokens."""
 
     param_names: tuple = ()
+    buffer_names: tuple = ()
     takes_tokens = False
 
     def param_shapes(self) -> dict:
         """{name: shape} of the layer's weights, in state_dict order."""
         return {}
+
+    def buffer_shapes(self) -> dict:
+        """{name: shape} of its buffers: state without gradients (BatchNorm2d's running ones)."""
+        return {}
+
+    def init_buffers(self) -> dict:
+        return {}
+
+    def state_shapes(self) -> dict:
+        """{name: shape} of weights and buffers in torch's state_dict order."""
+        return {**self.param_shapes(), **self.buffer_shapes()}
 
     def init_params(self, rng: np.random.Generator) -> dict:
         """Fresh weights (float32, PyTorch layout) drawn from rng."""

@@ -32,6 +32,7 @@ class Sequential:
         if not layers:
             raise GraphError("Sequential needs at least one layer")
         self.layers = list(layers)
+        self.prefixes = [str(i) for i in range(len(self.layers))]    # of state_dict keys
         self._weights: dict | None = None
 
     # --- a list of layers ---------------------------------------------------------------------
@@ -58,6 +59,26 @@ class Sequential:
         """{key: shape} in state_dict order ("0.weight", "0.bias", ...)."""
         return {f"{i}.{name}": tuple(shape) for i, layer in enumerate(self.layers)
                 for name, shape in layer.param_shapes().items()}
+
+    def buffer_shapes(self) -> dict:
+        """{key: shape} of the buffers (no gradients, no optimizer): "1.running_mean", ..."""
+        return {f"{i}.{name}": tuple(shape) for i, layer in enumerate(self.layers)
+                for name, shape in layer.buffer_shapes().items()}
+
+    def state_shapes(self) -> dict:
+        """{key: shape} of weights and buffers, in torch's state_dict order."""
+        return {f"{i}.{name}": tuple(shape) for i, layer in enumerate(self.layers)
+                for name, shape in layer.state_shapes().items()}
+
+    def key(self, key: str) -> str:
+        """The state_dict key of a graph key "<index>.<name>" (its layer's prefix, e.g.
+        "layer1.0.conv1.weight" in a ResNet; the index itself in a plain Sequential)."""
+        index, name = key.split(".", 1)
+        return f"{self.prefixes[int(index)]}.{name}"
+
+    def external(self, weights: dict) -> dict:
+        """weights keyed by graph keys -> keyed by state_dict keys."""
+        return {self.key(k): v for k, v in weights.items()}
 
     def shapes(self, input_shape) -> list[tuple]:
         """One sample's shape before the first layer and after each layer (GraphError naming
@@ -88,19 +109,24 @@ class Sequential:
         rng = np.random.default_rng(seed)
         weights = {}
         for i, layer in enumerate(self.layers):
-            for name, value in layer.init_params(rng).items():
+            for name, value in {**layer.init_params(rng), **layer.init_buffers()}.items():
                 weights[f"{i}.{name}"] = value
-        self._weights = weights
+        self._weights = {k: weights[k] for k in self.state_shapes()}
 
-    def state_dict(self) -> dict:
-        """A copy of the weights, keyed like torch.nn.Sequential(...).state_dict()."""
+    def state(self) -> dict:
+        """A copy of the weights and buffers keyed by graph keys ("<index>.<name>")."""
         if self._weights is None:
             self.reset_parameters(0)
         return {k: v.copy() for k, v in self._weights.items()}
 
+    def state_dict(self) -> dict:
+        """A copy of the weights and buffers, keyed like the torch model's state_dict()."""
+        return self.external(self.state())
+
     def load_state_dict(self, weights: dict) -> None:
         """Replace the weights: exactly the keys of state_dict(), each of its shape."""
-        self._weights = check_weights(self.param_shapes(), weights)
+        checked = check_weights(self.external(self.state_shapes()), weights)
+        self._weights = dict(zip(self.state_shapes(), checked.values()))
 
 
 def check_weights(shapes: dict, weights) -> dict:

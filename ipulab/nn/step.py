@@ -73,6 +73,7 @@ class StepGraph:
                                        per_tensor)
         if not spans:
             self._add_weights(model.param_shapes())
+        self._add_buffers(model.buffer_shapes(), bool(spans or config.rts or self.tp or cuts))
         self.sharded = ShardedWeights(g, self.weights, per_tensor=per_tensor) \
             if config.rts and self.weights else None
         self.gather = prog.Sequence(name="weights all-gather")
@@ -100,6 +101,21 @@ class StepGraph:
                 g.create_host_read(f"read/{key}", w)
             self.params.setdefault(int(index), {})[name] = w
             self.weights[key] = w
+
+    def _add_buffers(self, shapes: dict, split: bool) -> None:
+        """Buffers (BatchNorm2d's running statistics) as FLOAT variables beside their layer's
+        weights, with host handles but no optimizer; refused when the weights are split."""
+        if shapes and split:
+            index = int(next(iter(shapes)).split(".", 1)[0])
+            raise GraphError(f"layer {index} ({self.model[index]!r}) keeps running statistics: "
+                             "train it without phases, RTS, pipelining or tensor parallelism")
+        for key, shape in shapes.items():
+            index, name = key.split(".", 1)
+            t = self.g.add_variable(FLOAT, list(shape), key)
+            poputil.map_tensor_linearly(self.home(int(index)), t)
+            self.g.create_host_write(f"write/{key}", t)
+            self.g.create_host_read(f"read/{key}", t)
+            self.params.setdefault(int(index), {})[name] = t
 
     def home(self, layer: int):
         """The graph a layer lives on: its pipeline stage's IPU(s), or the whole replica (its
@@ -206,12 +222,13 @@ class StepGraph:
     # --- program 1 -------------------------------------------------------------------------
     def evaluation_program(self):
         """The evaluation step: the training step's forward when nothing differs (no Dropout,
-        no pipeline), else a forward of its own (micro-batched through a pipeline)."""
+        no BatchNorm2d, no pipeline), else a forward of its own (micro-batched through a
+        pipeline)."""
         ins, (e_loss, e_correct, e_pred) = self._fifos("eval", [
             ("loss", FLOAT, 1), ("correct", INT, 1),
             ("predictions", INT, self.labels.num_elements())])
         ev = self._batch_in("evaluation step", ins)
-        if self.forward is not None and self.seed is None:
+        if self.forward is not None and self.seed is None and not self.model.buffer_shapes():
             ev.add(self.forward)
             ev.add(self.loss_seq)
             logits, loss = self.logits, self.loss

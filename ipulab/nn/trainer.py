@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import DataError, EngineError, GraphError, TileMemoryError
 from ..poplar import Engine
 from .config import TrainConfig
-from .model import Sequential, check_weights
+from .model import Sequential
 from .optim import create as create_optimizer
 from .tensor_parallel import scheme
 from .step import EVAL, TRAIN, StepGraph
@@ -156,7 +156,7 @@ class Trainer:
         self.graph, self.engine, self.input_shape = step.g, engine, sample_shape
         self.classes, self.sharded, self.phases = step.classes, step.sharded, step.phases
         self.targets = step.targets           # () or (S,): a label per sample or per position
-        self._write_weights(self.model.state_dict())
+        self._write_weights(self.model.state())
         if step.seed is not None:
             self._write("write/dropout/seed", np.array(
                 [self.seed & 0xFFFFFFFF, (self.seed >> 32) & 0xFFFFFFFF], np.uint32))
@@ -387,18 +387,18 @@ class Trainer:
         if self.engine is None:
             return self.model.state_dict()
         if self.sharded is not None:
-            return self.sharded.from_shards(self.engine.read_tensor("read/weights/shard"))
+            return self.model.external(self.sharded.from_shards(
+                self.engine.read_tensor("read/weights/shard")))
         if self.phases:
-            return self.phases.from_buffers(self.engine.read_remote_buffer)
-        return {key: self._read(f"read/{key}") for key in self.model.param_shapes()}
+            return self.model.external(self.phases.from_buffers(self.engine.read_remote_buffer))
+        return {self.model.key(k): self._read(f"read/{k}") for k in self.model.state_shapes()}
 
     def set_weights(self, weights: dict) -> None:
         """Load weights keyed as get_weights() returns them (PyTorch layout); the optimizer
         starts again (momentum and moments zero, step count 0)."""
-        checked = check_weights(self.model.param_shapes(), weights)
+        self.model.load_state_dict(weights)
         if self.engine is not None:
-            self._write_weights(checked)
-        self.model.load_state_dict(checked)
+            self._write_weights(self.model.state())
 
     def profile(self):
         """The Profile of one training step (the first one run)."""
