@@ -27,7 +27,7 @@ BROWSER_SHARES = 2          # the browser test's notebooks, in this many units (
 # worker that takes one of them last would finish long after the other.
 SLOWEST_FIRST = [BROWSER, "tests/test_course.py", "tests/test_judge.py",
                  "tests/test_plan_crosscheck.py", "tests/test_judge_class.py",
-                 "tests/test_transformer_run.py", "tests/test_plan_api.py",
+                 "tests/test_transformer_run.py", "tests/test_plan_api.py", "tests/test_readme.py",
                  "tests/test_benchmarks_smoke.py", "tests/test_judge_wire.py",
                  "tests/test_transformer_scale_out.py", "notebooks/12_a_transformer_on_a_pod.ipynb",
                  "notebooks/09_bow2000_cnn_training.ipynb", "notebooks/08_many_ipus.ipynb",

@@ -178,7 +178,7 @@ def cannot_run() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "the playwright package is not installed (pip install -e '.[dev]')"
+        return "the playwright package is not installed (pip install -e '.[test]')"
     return None
 
 
