@@ -22,12 +22,13 @@ from .build import all_reduce_gradients
 from .config import OPTIMIZERS, PRECISIONS, TrainConfig
 from .layers import AvgPool2d, Conv2d, Dropout, Flatten, Layer, Linear, MaxPool2d, ReLU
 from .model import Sequential, default_cnn, small_gpt
+from .resnet import Bottleneck, resnet, resnet50
 from .optim import LAMB, SGD, Adam, AdamW
 from .trainer import Evaluation, Trainer
 from .transformer import (GELU, Embedding, LayerNorm, MultiheadAttention, PositionalEmbedding,
                           TransformerEncoderLayer)
 
-__all__ = ["AdaptiveAvgPool2d", "BatchNorm2d", "AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
+__all__ = ["AdaptiveAvgPool2d", "BatchNorm2d", "Bottleneck", "resnet", "resnet50", "AvgPool2d", "Conv2d", "Dropout", "Flatten", "Layer", "Linear", "MaxPool2d", "ReLU",
            "Embedding", "PositionalEmbedding", "LayerNorm", "GELU", "MultiheadAttention",
            "TransformerEncoderLayer", "Sequential", "default_cnn", "small_gpt", "SGD", "Adam",
            "AdamW", "LAMB", "Trainer", "TrainConfig", "PRECISIONS", "OPTIMIZERS", "Evaluation",
