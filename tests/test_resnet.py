@@ -9,7 +9,7 @@ from torch import nn as tnn
 
 import ipulab
 from ipulab import nn
-from ipulab.errors import GraphError
+from ipulab.errors import DataError, GraphError
 
 
 class RefBottleneck(tnn.Module):
@@ -115,7 +115,7 @@ def test_small_resnet_trains_equal_to_torch(dev):
             weights[k] = rng.uniform(-0.2, 0.2, v.shape).astype(np.float32)
     theirs.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
     tr = nn.Trainer(ours, dev, batch_size=B, lr=0.002, momentum=0.9)
-    tr.set_weights(weights)
+    tr.set_weights(theirs.state_dict())          # torch's tensors load as they are
     history = tr.fit(x, y, shuffle=False)
     opt = torch.optim.SGD(theirs.parameters(), lr=0.002, momentum=0.9)
     losses = []
@@ -137,6 +137,15 @@ def test_small_resnet_trains_equal_to_torch(dev):
 
 
 def test_resnet_misuse_names_the_layer(dev):
+    small = nn.resnet((1, 1, 1, 1), 10, base_width=2)
+    state = small.state_dict()
+    del state["layer2.0.bn1.num_batches_tracked"]
+    with pytest.raises(DataError, match=r"missing \['layer2.0.bn1.num_batches_tracked'\]"):
+        small.load_state_dict(state)
+    state = small.state_dict()
+    state["bn1.running_var"] = np.ones(3, np.float32)
+    with pytest.raises(DataError, match=r"'bn1.running_var' has shape \[3\].*\[2\]"):
+        small.load_state_dict(state)
     with pytest.raises(GraphError, match=r"Bottleneck\(16, 8, stride=2\) changes the shape"):
         nn.Bottleneck(16, 8, stride=2)
     with pytest.raises(GraphError, match="downsample must be nn.Sequential"):
