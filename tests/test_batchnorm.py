@@ -118,7 +118,8 @@ def _sgd_steps(net, x, y, steps, batch, lr=0.1, momentum=0.9):
     return losses
 
 
-def test_batchnorm2d_trains_equal_to_torch_running_statistics_included(dev):
+@pytest.mark.parametrize("recompute", [False, True])      # recomputing updates them once
+def test_batchnorm2d_trains_equal_to_torch_running_statistics_included(dev, recompute):
     from ipulab import nn
     rng = np.random.default_rng(5)
     x = rng.standard_normal((20, 3, 6, 6)).astype(np.float32)
@@ -129,7 +130,7 @@ def test_batchnorm2d_trains_equal_to_torch_running_statistics_included(dev):
     weights["1.weight"] = rng.uniform(0.5, 1.5, 4).astype(np.float32)   # not just ones
     assert list(weights) == list(_torch_twin(weights).state_dict())
     theirs = _torch_twin(weights)
-    tr = nn.Trainer(ours, dev, batch_size=4, lr=0.1, momentum=0.9)
+    tr = nn.Trainer(ours, dev, batch_size=4, lr=0.1, momentum=0.9, recompute=recompute)
     tr.set_weights(weights)
     history = tr.fit(x, y, shuffle=False)
     np.testing.assert_allclose(history["loss"], _sgd_steps(theirs, x, y, 5, 4), rtol=2e-5)
