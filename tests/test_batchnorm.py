@@ -162,3 +162,25 @@ def test_batchnorm2d_misuse_names_the_layer(dev):
         nn.BatchNorm2d(4, momentum=2)
     with pytest.raises(GraphError, match="AdaptiveAvgPool2d.*at least 1x1"):
         nn.Sequential(nn.AdaptiveAvgPool2d(1)).shapes((3, 0, 2))
+
+
+def test_half_inputs_keep_float_statistics_and_track_torch(dev):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 3, 4, 4)).astype(np.float16)
+    dy = rng.standard_normal(x.shape).astype(np.float16)
+    gamma, beta = np.full(3, 1.5, np.float16), np.full(3, 0.25, np.float16)
+    lab = Lab(dev)
+    tx, tg = lab.feed(x), lab.feed(gamma)
+    mean, var = popnn.bn.batch_norm_statistics(lab.g, tx, lab.seq)
+    y, inv = popnn.batch_norm(lab.g, tx, tg, lab.feed(beta), mean, var, lab.seq)
+    dx, dg, db = popnn.batch_norm_gradients(lab.g, tx, lab.feed(dy), mean, inv, tg, lab.seq)
+    assert (mean.dtype.name, y.dtype.name, dx.dtype.name, dg.dtype.name) == \
+        ("FLOAT", "HALF", "HALF", "FLOAT")
+    lab.fetch(y=y, dx=dx, dg=dg, db=db)
+    out = lab.run()
+    bn, xt, yt = _torch_bn(x.astype(np.float32), gamma.astype(np.float32),
+                           beta.astype(np.float32), dy.astype(np.float32))
+    for got, want in ((out["y"], yt), (out["dx"], xt.grad), (out["dg"], bn.weight.grad),
+                      (out["db"], bn.bias.grad)):
+        np.testing.assert_allclose(np.asarray(got, np.float32), want.detach().numpy(),
+                                   rtol=4e-3, atol=4e-3)
