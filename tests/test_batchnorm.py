@@ -184,3 +184,36 @@ def test_half_inputs_keep_float_statistics_and_track_torch(dev):
                       (out["db"], bn.bias.grad)):
         np.testing.assert_allclose(np.asarray(got, np.float32), want.detach().numpy(),
                                    rtol=4e-3, atol=4e-3)
+
+
+def test_two_replicas_normalise_each_its_own_batch_and_keep_replica_0s_statistics():
+    """Data parallel as torch's DistributedDataParallel without SyncBatchNorm: each replica
+    normalises with its own batch's statistics, the gradients are averaged, and the running
+    statistics read back are replica 0's (DDP broadcasts rank 0's buffers)."""
+    from ipulab import nn
+    rng = np.random.default_rng(11)
+    B, steps = 4, 3
+    x = rng.standard_normal((2 * B * steps, 3, 4, 4)).astype(np.float32)
+    y = rng.integers(0, 5, 2 * B * steps).astype(np.int32)
+    ours = _bn_net()
+    tr = nn.Trainer(ours, ipulab.devices.bow2000(tiles_per_ipu=16), replicas=2, batch_size=B,
+                    lr=0.1, momentum=0.9)
+    net = _torch_twin(tr.get_weights())
+    history = tr.fit(x, y, shuffle=False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    losses, ce = [], torch.nn.functional.cross_entropy
+    for s in range(steps):
+        xs, ys = torch.tensor(x[s * 2 * B:(s + 1) * 2 * B]), torch.tensor(
+            y[s * 2 * B:(s + 1) * 2 * B]).long()
+        opt.zero_grad()
+        other = {**dict(net.named_parameters()),
+                 **{k: v.clone() for k, v in net.named_buffers()}}     # replica 1's buffers
+        loss = (ce(net(xs[:B]), ys[:B]) +
+                ce(torch.func.functional_call(net, other, (xs[B:],)), ys[B:])) / 2
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
+    got = tr.get_weights()
+    for key, want in net.state_dict().items():
+        np.testing.assert_allclose(got[key], want.numpy(), rtol=1e-4, atol=2e-5, err_msg=key)
