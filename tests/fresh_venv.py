@@ -39,6 +39,12 @@ def make(venv: Path) -> Path:
     # the project's site-packages as a plain path: its own .pth files (the editable ipulab of
     # the checkout among them) are not processed, so ipulab comes only from what is installed here
     (Path(site) / "project-packages.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # and the data files those packages installed beside them (JupyterLab's extensions, the
+    # kernel spec, Jupyter's config), where a venv that installed them would have them
+    for data in ("share/jupyter", "etc/jupyter"):
+        if (Path(sys.prefix) / data).is_dir():
+            (venv / data).parent.mkdir(parents=True, exist_ok=True)
+            (venv / data).symlink_to(Path(sys.prefix) / data)
     return python
 
 
