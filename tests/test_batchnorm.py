@@ -158,6 +158,9 @@ def test_batchnorm2d_misuse_names_the_layer(dev):
                                          r"channel.*not 1"):
         nn.Trainer(one, dev, batch_size=1).fit(np.zeros((2, 3, 1, 1), np.float32),
                                                np.zeros(2, np.int32))
+    with pytest.raises(GraphError, match=r"layer 1 \(BatchNorm2d\(4.*keeps running statistics"):
+        nn.Trainer(_bn_net(), ipulab.devices.bow2000(tiles_per_ipu=16), batch_size=4,
+                   pipeline=[2]).fit(np.zeros((4, 3, 4, 4), np.float32), np.zeros(4, np.int32))
     with pytest.raises(GraphError, match="momentum must be a number in"):
         nn.BatchNorm2d(4, momentum=2)
     with pytest.raises(GraphError, match="AdaptiveAvgPool2d.*at least 1x1"):
