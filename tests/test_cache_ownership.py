@@ -113,23 +113,30 @@ def test_a_module_planted_in_a_shared_cache_is_not_imported(shared, how):
     assert f"not using the cache folder {cache}" in err and how in err
 
 
+def as_other(*argv, **kw):
+    return subprocess.run(["setpriv", "--reuid", str(OTHER), "--regid", str(OTHER),
+                           "--clear-groups", *argv], check=True, **kw)
+
+
 @needs_root
-def test_a_module_written_and_edited_by_another_account_runs_nothing_as_root(shared):
-    """The issue's case: 10001 builds in a cache shared with root (mode 1777), edits the
-    generated modules; root's next build runs none of it."""
-    cache, mark = shared / "cache", shared / "mark"
+def test_modules_written_by_another_account_run_nothing_as_root(shared):
+    """The issue's case: a cache that two accounts share (here mode 1777, as /tmp): 10001's
+    own build does not use it, and the generated modules 10001 then writes there, with a
+    payload, are not run by root's next build."""
+    cache, mark, ref = shared / "cache", shared / "mark", shared / "ref"
     cache.mkdir(mode=0o777)
     cache.chmod(0o1777)
-    first, _ = build(cache, user=OTHER, home=shared / "home10001")
-    assert first["right"] and modules(cache)
-    for m in modules(cache):
-        assert m.stat().st_uid == OTHER
-        subprocess.run(["setpriv", "--reuid", str(OTHER), "--regid", str(OTHER),
-                        "--clear-groups", "sh", "-c", f"cat > {m}"], check=True,
-                       input=payload(mark) + m.read_text(), text=True)
+    theirs, err = build(cache, user=OTHER, home=shared / "home10001")
+    assert theirs["right"] and theirs["root"] != str(cache) and "not using" in err
+    build(ref)                                      # what root's build will look for
+    as_other("mkdir", "-p", str(cache / "codelets"))
+    for m in modules(ref):
+        as_other("sh", "-c", f"cat > '{cache / 'codelets' / m.name}'",
+                 input=payload(mark) + m.read_text(), text=True)
+    assert len(modules(cache)) == len(modules(ref))
     second, err = build(cache, home=shared / "home")
     assert not mark.exists(), mark.read_text()
-    assert second["right"] and "not using the cache folder" in err
+    assert second["right"] and f"not using the cache folder {cache}: writable by others" in err
 
 
 @needs_root
@@ -233,9 +240,9 @@ def test_a_signed_reduce_pickle_of_another_account_does_not_load(exe_cache, tmp_
         secret.chmod(0o644)
     exe = X.folder() / f"{key}.exe"
     exe.write_bytes(sign(X, secret.read_bytes(), key, pickle.dumps(Reduce(mark))))
-    os.chown(exe, OTHER, OTHER)
     X.forget_in_memory()
-    with pytest.warns(RuntimeWarning, match="ignoring"):
+    with pytest.warns(RuntimeWarning, match="replacing the cache's secret"), \
+            pytest.warns(RuntimeWarning, match="not signed by this cache"):
         assert X._load(key) is None
     assert not mark.exists()
     assert secret.stat().st_uid == os.geteuid() and secret.stat().st_mode & 0o077 == 0
@@ -249,7 +256,7 @@ def test_an_entry_of_another_account_is_not_unpickled_even_if_signed(exe_cache, 
     exe.write_bytes(sign(X, (X.folder() / ".secret").read_bytes(), key,
                          pickle.dumps(Reduce(mark))))
     os.chown(exe, OTHER, OTHER)
-    with pytest.warns(RuntimeWarning, match=f"ignoring cache entry {exe.name}: owned by uid"):
+    with pytest.warns(RuntimeWarning, match=f"ignoring cache entry {exe.name}: owned by another uid"):
         assert X._load(key) is None
     assert not mark.exists()
 

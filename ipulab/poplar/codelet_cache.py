@@ -5,19 +5,29 @@ generated module holding the compute's source (with its HALF rewrites) and the b
 both njit(cache=True). One file per mode keeps checked and unchecked builds apart; the file
 name hashes the codelet's whole module, so editing the library makes a fresh file. Codelets
 defined in a notebook (or generated at run time) are compiled in the process instead.
+
+The cache folder is the running account's alone, or another is used (private_cache.py): a
+module is run from the text generated here, never from the file (which numba keys its cache
+by, and which is written again if damaged, edited or not this account's), and numba's files of
+a module that are not this account's are removed before numba unpickles them.
 """
 from __future__ import annotations
 
 import ast
+import glob
 import hashlib
-import importlib.util
+import importlib
 import os
+import stat
 import sys
+import types
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import numba
 
+from .private_cache import private_folder, read_own, writable_by_others
 from .rewrite import half_fields, rewritten_tree
 
 
@@ -29,15 +39,19 @@ _OWN_SOURCES = b"".join((Path(__file__).parent / rel).read_bytes()
 
 OFF = ("off", "0", "false", "no")
 PREFIX = "ipulab_codelet_"
+SUBFOLDERS = ("codelets", "codelets/__pycache__", "executables")
 
 
 def cache_root() -> Path:
     """ipulab's cache folder: $IPULAB_CACHE (or the older $IPULAB_CACHE_DIR), else
-    ~/.cache/ipulab. (IPULAB_CACHE=off switches off the executable cache, not this folder.)"""
+    ~/.cache/ipulab; if another account could write it, a folder of this account's alone
+    instead, with a warning. (IPULAB_CACHE=off switches off the executable cache, not this
+    folder.)"""
+    default = Path.home() / ".cache" / "ipulab"
     root = os.environ.get("IPULAB_CACHE", "").strip()
     if not root or root.lower() in OFF:
-        root = os.environ.get("IPULAB_CACHE_DIR") or Path.home() / ".cache" / "ipulab"
-    return Path(root)
+        root = os.environ.get("IPULAB_CACHE_DIR") or default
+    return private_folder(Path(root), default, SUBFOLDERS)
 
 
 def cache_dir() -> Path:
@@ -89,19 +103,51 @@ def cached_driver(cls, mode: str, driver_source: str):
     text = _source(cls, mode, driver_source, mod, found[0])
     stamp = (Path(mod.__file__).read_bytes() + _OWN_SOURCES + numba.__version__.encode()
              + text.encode())
-    name = f"{PREFIX}{cls.__name__}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
+    # a file of the cache folder itself (a map's name holds its expression: no "/"); the hash
+    # tells apart names cut short
+    label = cls.__name__.replace("/", "÷")[:80]
+    name = f"{PREFIX}{label}_{mode}_{hashlib.sha1(stamp).hexdigest()[:16]}"
     if name not in sys.modules:
         path = cache_dir() / f"{name}.py"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            tmp.replace(path)            # atomic: concurrent processes never see half a file
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        _write(path, text)
+        module = types.ModuleType(name)
+        module.__file__ = str(path)
+        exec(compile(text, str(path), "exec"), vars(module))
         sys.modules[name] = module
     return sys.modules[name].driver
+
+
+def _write(path: Path, text: str) -> None:
+    """Make the file at path hold text (numba keys its cache by the file): written again,
+    atomically, if absent, or if damaged, edited or not this account's."""
+    try:
+        if read_own(path) == text.encode():
+            return
+        why = "damaged or edited"
+    except PermissionError as e:
+        why = str(e)
+    except OSError:
+        why = None
+    if why:
+        warnings.warn(f"ipulab: rebuilding cache file {path}: {why}", RuntimeWarning,
+                      stacklevel=4)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)            # atomic: concurrent processes never see half a file
+
+
+def _drop_foreign(module: str) -> None:
+    """Remove numba's files of module (it unpickles them) that another account could have
+    written: only links, or files not this account's, can be there in a private folder.
+    (numba names them after the module, less its < and >.)"""
+    stem = glob.escape(module.replace("<", "").replace(">", ""))
+    for path in (cache_dir() / "__pycache__").glob(f"{stem}.*"):
+        st = os.lstat(path)
+        why = "a link" if not stat.S_ISREG(st.st_mode) else writable_by_others(st)
+        if why:
+            warnings.warn(f"ipulab: removing numba's cache file {path}: {why}",
+                          RuntimeWarning, stacklevel=4)
+            path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -121,6 +167,7 @@ def compiling(driver):
             if lock is not None:
                 lock.close()
             lock = None
+        _drop_foreign(module)
     try:
         yield
     finally:

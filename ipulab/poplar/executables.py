@@ -11,10 +11,12 @@ them) and on disk under $IPULAB_CACHE (default
 ~/.cache/ipulab)/executables, one file per key (graphs that took at least
 $IPULAB_CACHE_MIN_SECONDS, 0.1 s, to compile; the folder kept under $IPULAB_CACHE_MB, 2 GB,
 least recently used first out), signed with a secret of that folder: a file
-that is corrupt, truncated, from another ipulab or not signed by this cache is ignored with a
-warning and compiled again. Graphs whose codelets cannot be found again by name (a codelet
-defined in a notebook) are cached in memory only. IPULAB_CACHE=off (or Engine option
-{"cache": "false"}) switches the cache off; `ipulab cache clear` empties it.
+that is corrupt, truncated, from another ipulab, not signed by this cache or not this
+account's (a link, another uid's, writable by others) is ignored with a warning and compiled
+again; a secret that is not this account's alone is replaced. Graphs whose codelets cannot be
+found again by name (a codelet defined in a notebook) are cached in memory only.
+IPULAB_CACHE=off (or Engine option {"cache": "false"}) switches the cache off; `ipulab cache
+clear` empties it.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ import numpy as np
 from ..version import __version__
 from .codelet_cache import OFF, cache_root
 from .graph import Graph
+from .private_cache import read_own
 from .summary import GraphSummary
 from .tensor import Tensor
 
@@ -220,14 +223,21 @@ class RecipePickler(pickle.Pickler):
 
 
 def _secret() -> bytes:
-    """This cache's signing key (made once, readable by its owner only)."""
+    """This cache's signing key (made once, readable by its owner only; one that is not this
+    account's alone, or not a key, is replaced)."""
     path = folder() / ".secret"
     try:
-        data = path.read_bytes()
+        data = read_own(path, secret=True)
         if len(data) == 32:
             return data
+        why = "not a key"
+    except PermissionError as e:
+        why = str(e)
     except OSError:
-        pass
+        why = None
+    if why:
+        warnings.warn(f"ipulab: replacing the cache's secret {path}: {why}", RuntimeWarning,
+                      stacklevel=3)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = os.urandom(32)
     tmp = path.with_name(f".secret.{os.getpid()}")
@@ -274,17 +284,19 @@ def _load(key: str):
     """The executable stored under key, or None (absent; or ignored with a warning)."""
     path = folder() / f"{key}.exe"
     try:
-        data = path.read_bytes()
+        data, why = read_own(path), None
+    except PermissionError as e:
+        data, why = b"", str(e)
     except OSError:
         return None
-    os.utime(path)                      # recently used: the last to be trimmed
     sig, payload = data[len(MAGIC):len(MAGIC) + 32], data[len(MAGIC) + 32:]
-    why = None
-    if not data.startswith(MAGIC):
-        why = "not an ipulab executable"
-    elif not hmac.compare_digest(sig, hmac.new(_secret(), key.encode() + payload,
-                                               hashlib.sha256).digest()):
-        why = "not signed by this cache (foreign, or damaged)"
+    if why is None:
+        os.utime(path)                  # recently used: the last to be trimmed
+        if not data.startswith(MAGIC):
+            why = "not an ipulab executable"
+        elif not hmac.compare_digest(sig, hmac.new(_secret(), key.encode() + payload,
+                                                   hashlib.sha256).digest()):
+            why = "not signed by this cache (foreign, or damaged)"
     if why is None:
         try:
             return pickle.loads(payload)
